@@ -1,0 +1,42 @@
+# Two commands for a newcomer: `make run` and `make test`. Everything installs into .venv.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 8000
+PYTEST_ARGS ?=
+
+.PHONY: run test lint venv migrate demo clean screenshots
+
+$(STAMP): requirements.txt requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+migrate: venv
+	$(PY) manage.py migrate --noinput
+
+demo: migrate
+	$(PY) manage.py seed_demo
+
+## make run: install, migrate, load the demo history, serve http://127.0.0.1:8000 (embedded).
+run: demo
+	@echo "Serving CRCR HUD on http://$(HOST):$(PORT)/  (Ctrl-C to stop)"
+	@trap 'kill 0' INT TERM EXIT; \
+	DEBUG=1 $(PY) manage.py run_periodic --loop --interval 300 >/dev/null & \
+	DEBUG=1 $(PY) manage.py runserver --noreload $(HOST):$(PORT)
+
+## make test: the whole suite on whatever DATABASE_URL says (SQLite by default).
+test: venv
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) manage.py makemigrations --check --dry-run
+
+clean:
+	rm -rf $(VENV) db.sqlite3* test-db.sqlite3* staticfiles

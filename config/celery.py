@@ -1,0 +1,20 @@
+"""Celery application for production (a worker and beat against Redis).
+
+Without CELERY_BROKER_URL the embedded default never talks to a broker: hud.tasks hands
+work to an in-process pool after commit instead.
+"""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+app = Celery("crcr_hud")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+
+app.conf.beat_schedule = {
+    "crcr.sweep_zombies": {"task": "crcr.sweep_zombies", "schedule": 300.0},
+    "crcr.prune_used_tokens": {"task": "crcr.prune_used_tokens", "schedule": 3600.0},
+}

@@ -1,0 +1,232 @@
+"""The one settings module: every value comes from the environment.
+
+The embedded default (no environment at all) is SQLite plus an in-process task pool;
+production sets DATABASE_URL, CELERY_BROKER_URL, CACHE_URL, SECRET_KEY and ALLOWED_HOSTS.
+"""
+
+import os
+import tempfile
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env(name: str, default: str | None = None) -> str | None:
+    """Read a setting from the environment, or from the file named by NAME_FILE."""
+    file_name = os.environ.get(f"{name}_FILE")
+    if file_name:
+        return Path(file_name).read_text().strip()
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    """Read a boolean setting ("1", "true", "yes", "on" are true)."""
+    value = env(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    """Read a comma-separated list setting."""
+    return [item.strip() for item in (env(name, default) or "").split(",") if item.strip()]
+
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env("SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG and env_bool("CRCR_REQUIRE_SECRET_KEY", False):
+        raise ImproperlyConfigured("SECRET_KEY must be set in production")
+    # Embedded default only: a key derived from nothing secret. Production sets SECRET_KEY.
+    SECRET_KEY = "embedded-default-insecure-key-set-SECRET_KEY-in-production"
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "hud",
+    "api",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+APPEND_SLASH = False
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------------
+DATABASE_URL = env("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Concurrent writers wait for the lock instead of failing with "database is locked".
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    # A file (not :memory:) so threads in concurrency tests share it; one per process so
+    # parallel test runs never share a file.
+    DATABASES["default"]["TEST"] = {
+        "NAME": str(Path(tempfile.gettempdir()) / f"crcr-hud-test-{os.getpid()}.sqlite3")
+    }
+else:
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Cache (token cache, write governor, JWKS) -------------------------------------------
+CACHE_URL = env("CACHE_URL")
+if CACHE_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": CACHE_URL,
+            "KEY_PREFIX": "crcr",
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# --- Celery -------------------------------------------------------------------------------
+CELERY_BROKER_URL = env("CELERY_BROKER_URL") or None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_TASK_IGNORE_RESULT = True
+# In-process pool size for the embedded default (no broker).
+CRCR_INPROCESS_WORKERS = int(env("CRCR_INPROCESS_WORKERS", "2"))
+
+# --- Auth, i18n, static -------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/crcr"
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "config.storage.StaticStorage"},
+}
+# Serve straight from the source folders when collectstatic has not run (embedded default).
+WHITENOISE_USE_FINDERS = not (STATIC_ROOT / "staticfiles.json").exists()
+WHITENOISE_MAX_AGE = 3600
+
+# --- Security ----------------------------------------------------------------------------
+# A callback body may be 2 MB; Django must let it through so we can answer 413 ourselves.
+CRCR_MAX_BODY_BYTES = 2 * 1024 * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = CRCR_MAX_BODY_BYTES + 1024
+SESSION_COOKIE_HTTPONLY = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+SECURE_REFERRER_POLICY = "same-origin"
+if env_bool("CRCR_BEHIND_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = int(env("SECURE_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+
+# --- REST framework -----------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
+    "DEFAULT_PAGINATION_CLASS": "api.pagination.Pagination",
+    "PAGE_SIZE": 100,
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+        "api.renderers.SafeCSVRenderer",
+    ],
+    "EXCEPTION_HANDLER": "api.errors.exception_handler",
+    "URL_FORMAT_OVERRIDE": "format",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "CRCR HUD API",
+    "DESCRIPTION": "Results of PyTorch's Cross-Repository CI Relay: ingestion and read API.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- CRCR ---------------------------------------------------------------------------------
+CRCR_UPSTREAM_REPO = env("CRCR_UPSTREAM_REPO", "pytorch/pytorch")
+CRCR_ALLOWLIST = env("CRCR_ALLOWLIST")
+CRCR_OIDC_ISSUER = env("CRCR_OIDC_ISSUER", "https://token.actions.githubusercontent.com")
+CRCR_OIDC_JWKS_URL = env("CRCR_OIDC_JWKS_URL", f"{CRCR_OIDC_ISSUER}/.well-known/jwks")
+CRCR_OIDC_AUDIENCE = env("CRCR_OIDC_AUDIENCE", "pytorch-cross-repo-ci-relay")
+CRCR_OIDC_LEEWAY_SECONDS = int(env("CRCR_OIDC_LEEWAY_SECONDS", "30"))
+CRCR_JWKS_REFRESH_COOLDOWN_SECONDS = int(env("CRCR_JWKS_REFRESH_COOLDOWN_SECONDS", "60"))
+CRCR_JWKS_MAX_AGE_SECONDS = int(env("CRCR_JWKS_MAX_AGE_SECONDS", "3600"))
+CRCR_RATE_LIMIT_PER_MIN = int(env("CRCR_RATE_LIMIT_PER_MIN", "100"))
+CRCR_ZOMBIE_TIMEOUT_SECONDS = int(env("CRCR_ZOMBIE_TIMEOUT", str(6 * 3600)))
+CRCR_NO_RESPONSE_AFTER_SECONDS = int(env("CRCR_NO_RESPONSE_AFTER", str(2 * 3600)))
+HUD_BOT_KEY = env("HUD_BOT_KEY")
+
+# --- Logging: one JSON object per line on stderr ------------------------------------------
+LOG_LEVEL = env("LOG_LEVEL", "INFO")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+        },
+    },
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json"}},
+    "root": {"handlers": ["stderr"], "level": LOG_LEVEL},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

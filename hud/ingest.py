@@ -1,0 +1,441 @@
+"""Callback → Job: admission (allowlist, level, rate limit), the state machine, idempotency.
+
+One service for the three ways results arrive: a downstream's OIDC callback, the relay's
+forward (`POST /api/crcr/results`) and `import_results`. The answer order and the state
+outcomes are those of CRCR.md ("Callback answers", "State outcomes").
+"""
+
+import datetime as dt
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F, Value
+from django.db.models.functions import Greatest, Least
+
+from hud import clock, levels
+from hud.models import (
+    Delivery,
+    Dispatch,
+    Downstream,
+    FailedTest,
+    Job,
+    Level,
+    RateBucket,
+    UsedToken,
+)
+from hud.payload import CallbackData, PayloadError, decode_json, parse_callback
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to a callback: `created`, `updated`, `duplicate`, `stale` or `ignored`."""
+
+    status: str
+    job_id: int | None = None
+
+
+class Rejected(Exception):
+    """A callback refused with an HTTP status, an error code and a sentence naming why."""
+
+    def __init__(
+        self,
+        http_status: int,
+        code: str,
+        detail: str,
+        field: str | None = None,
+        retry_after: int | None = None,
+    ):
+        super().__init__(detail)
+        self.http_status = http_status
+        self.code = code
+        self.detail = detail
+        self.field = field
+        self.retry_after = retry_after
+
+    @classmethod
+    def from_payload_error(cls, error: PayloadError) -> "Rejected":
+        """Turn a body validation error into a 400."""
+        return cls(400, error.code, error.detail, error.field)
+
+
+@dataclass(frozen=True)
+class TrustedTiming:
+    """Times a trusted source (relay forward, history import) vouches for."""
+
+    queue_seconds: float | None
+    execution_seconds: float | None
+
+
+# --- Admission ----------------------------------------------------------------------------
+
+
+def admit(repo: str) -> Downstream | None:
+    """Steps 3–5 of the answer order: allowlist (403), level L1 (None = ignored), rate limit."""
+    downstream = levels.find_downstream(repo)
+    if downstream is None or downstream.delisted:
+        raise Rejected(
+            403, "not_allowlisted", f"{repo} is not in the CRCR allowlist of this server"
+        )
+    if downstream.level < Level.L2:
+        return None
+    retry_after = take_rate_token(downstream)
+    if retry_after is not None:
+        raise Rejected(
+            429,
+            "rate_limited",
+            f"more than {settings.CRCR_RATE_LIMIT_PER_MIN} callbacks a minute from "
+            f"{downstream.full_name}; retry after {retry_after} s",
+            retry_after=retry_after,
+        )
+    return downstream
+
+
+def take_rate_token(downstream: Downstream) -> int | None:
+    """Take one token from the downstream's bucket; None if allowed, else seconds to wait.
+
+    A token bucket (sustained CRCR_RATE_LIMIT_PER_MIN, burst twice that) updated by one
+    conditional UPDATE, so concurrent requests and processes never over-spend it. A database
+    error propagates: the caller answers 503 rather than letting the request through.
+    """
+    per_minute = settings.CRCR_RATE_LIMIT_PER_MIN
+    capacity = 2.0 * per_minute
+    per_second = per_minute / 60.0
+    now = clock.now().timestamp()
+    refilled = Least(
+        Value(capacity),
+        F("tokens") + Greatest(Value(now) - F("updated_epoch"), Value(0.0)) * Value(per_second),
+    )
+    spent = (
+        RateBucket.objects.filter(downstream=downstream)
+        .alias(refilled=refilled)
+        .filter(refilled__gte=1.0)
+        .update(tokens=refilled - 1.0, updated_epoch=now)
+    )
+    if spent:
+        return None
+    bucket = RateBucket.objects.filter(downstream=downstream).first()
+    if bucket is None:
+        try:
+            with transaction.atomic():
+                RateBucket.objects.create(
+                    downstream=downstream, tokens=capacity - 1.0, updated_epoch=now
+                )
+            return None
+        except IntegrityError:
+            return take_rate_token(downstream)
+    available = min(capacity, bucket.tokens + max(now - bucket.updated_epoch, 0.0) * per_second)
+    return max(1, int((1.0 - available) / per_second + 0.999))
+
+
+# --- Entry points -------------------------------------------------------------------------
+
+
+def receive_callback(repo: str, raw_body: bytes) -> Outcome:
+    """A downstream's callback whose token named `repo`: steps 3–7 of the answer order."""
+    downstream = admit(repo)
+    if downstream is None:
+        return Outcome("ignored")
+    try:
+        data = parse_callback(decode_json(raw_body), downstream.full_name)
+    except PayloadError as error:
+        raise Rejected.from_payload_error(error) from error
+    return store(downstream, data, source=Job.Source.CALLBACK)
+
+
+def parse_forward(body: Any) -> tuple[str, int, TrustedTiming, Any]:
+    """Split a relay forward into (verified repo, level, trusted timing, callback body)."""
+    if not isinstance(body, dict):
+        raise PayloadError("body must be a JSON object", "body")
+    trusted = body.get("trusted")
+    untrusted = body.get("untrusted")
+    if not isinstance(trusted, dict):
+        raise PayloadError("trusted must be an object", "trusted")
+    if not isinstance(untrusted, dict) or "callback_payload" not in untrusted:
+        raise PayloadError(
+            "untrusted.callback_payload is required", "untrusted.callback_payload", "missing_field"
+        )
+    repo = trusted.get("verified_repo")
+    if not isinstance(repo, str) or repo.count("/") != 1 or len(repo) > 200:
+        raise PayloadError("trusted.verified_repo must be owner/repo", "trusted.verified_repo")
+    try:
+        level = Level.parse(str(trusted.get("downstream_repo_level", "")))
+    except ValueError as exc:
+        raise PayloadError(str(exc), "trusted.downstream_repo_level") from exc
+    metrics = trusted.get("ci_metrics") or {}
+    if not isinstance(metrics, dict):
+        raise PayloadError("trusted.ci_metrics must be an object", "trusted.ci_metrics")
+    timing = []
+    for key in ("queue_time", "execution_time"):
+        value = metrics.get(key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
+        ):
+            raise PayloadError(
+                f"trusted.ci_metrics.{key} must be a non-negative number or null",
+                f"trusted.ci_metrics.{key}",
+            )
+        timing.append(float(value) if value is not None else None)
+    return repo, level, TrustedTiming(*timing), untrusted["callback_payload"]
+
+
+def receive_forward(body: Any) -> Outcome:
+    """The relay → HUD forward: identity and level from `trusted`, times as reported."""
+    try:
+        repo, level, timing, callback_body = parse_forward(body)
+        if level < Level.L2:
+            return Outcome("ignored")
+        data = parse_callback(callback_body, repo, check_url=False)
+    except PayloadError as error:
+        raise Rejected.from_payload_error(error) from error
+    placed = data.completed_at or data.started_at or clock.now()
+    downstream = levels.learn_level_from_forward(repo, level, placed)
+    if downstream.delisted:
+        raise Rejected(403, "not_allowlisted", f"{repo} is delisted on this server")
+    return store(downstream, data, source=Job.Source.FORWARD, timing=timing)
+
+
+# --- The state machine --------------------------------------------------------------------
+
+
+def store(
+    downstream: Downstream, data: CallbackData, *, source: str, timing: TrustedTiming | None = None
+) -> Outcome:
+    """Step 7: upsert the job by its row key, moving its state only forward."""
+    now = clock.now()
+    with transaction.atomic():
+        delivery = Delivery.objects.filter(delivery_id=data.delivery_id).first()
+        if delivery is not None:
+            _check_against_delivery(data, delivery)
+        key = {
+            "downstream": downstream,
+            "delivery_id": data.delivery_id,
+            "workflow_name": data.workflow_name,
+            "job_name": data.job_name,
+            "check_run_id": data.check_run_id,
+        }
+        job = Job.objects.select_for_update().filter(**key).first()
+        if job is None:
+            try:
+                with transaction.atomic():
+                    job = _create(downstream, data, delivery, source, timing, now)
+                return Outcome("created", job.id)
+            except IntegrityError:
+                # A concurrent identical callback won the insert; settle against its row.
+                job = Job.objects.select_for_update().get(**key)
+        return _transition(job, data, timing, now)
+
+
+def _check_against_delivery(data: CallbackData, delivery: Delivery) -> None:
+    """A known delivery decides head SHA and PR number; a body contradicting it is refused."""
+    if data.head_sha_field and delivery.head_sha and data.head_sha != delivery.head_sha:
+        raise Rejected(
+            400,
+            "contradicts_delivery",
+            f"{data.head_sha_field} is {data.head_sha[:12]}, but delivery "
+            f"{delivery.delivery_id} is for {delivery.head_sha[:12]}",
+            data.head_sha_field,
+        )
+    if data.pr_number and data.pr_number != delivery.pr_number:
+        raise Rejected(
+            400,
+            "contradicts_delivery",
+            f"payload.pull_request.number is {data.pr_number}, but delivery "
+            f"{delivery.delivery_id} is for PR {delivery.pr_number}",
+            "payload.pull_request.number",
+        )
+
+
+def _create(
+    downstream: Downstream,
+    data: CallbackData,
+    delivery: Delivery | None,
+    source: str,
+    timing: TrustedTiming | None,
+    now: dt.datetime,
+) -> Job:
+    dispatch = (
+        Dispatch.objects.filter(delivery=delivery, downstream=downstream).first()
+        if delivery
+        else None
+    )
+    job = Job(
+        downstream=downstream,
+        delivery_id=data.delivery_id,
+        workflow_name=data.workflow_name,
+        job_name=data.job_name,
+        check_run_id=data.check_run_id,
+        event_type=delivery.event_type if delivery else data.event_type,
+        pr_number=delivery.pr_number if delivery else data.pr_number,
+        head_sha=(delivery.head_sha or data.head_sha) if delivery else data.head_sha,
+        dispatch=dispatch,
+        verified=delivery is not None,
+        source=source,
+        run_id=data.run_id,
+        run_attempt=data.run_attempt,
+        workflow_url=data.workflow_url,
+        status=data.status,
+        reported_started_at=data.started_at,
+        updated_at=now,
+        placed_at=now,
+    )
+    if data.status == Job.Status.IN_PROGRESS:
+        job.in_progress_received_at = now
+        if timing is None and dispatch and dispatch.dispatched_at and data.run_attempt == 1:
+            job.queue_seconds = max((now - dispatch.dispatched_at).total_seconds(), 0.0)
+            job.timing_source = Job.TimingSource.SERVER
+    else:
+        _apply_completion(job, data, now)
+    if timing is not None:
+        _apply_trusted_timing(job, data, timing)
+    job.save()
+    if data.status == Job.Status.COMPLETED:
+        _store_failed_tests(job, data)
+    return job
+
+
+def _transition(
+    job: Job, data: CallbackData, timing: TrustedTiming | None, now: dt.datetime
+) -> Outcome:
+    if data.status == Job.Status.IN_PROGRESS:
+        if job.status == Job.Status.IN_PROGRESS:
+            return Outcome("duplicate", job.id)
+        # Completed already: an in_progress arriving late only fills what is still empty.
+        if job.reported_started_at is None and data.started_at is not None:
+            job.reported_started_at = data.started_at
+            job.updated_at = now
+            job.save(update_fields=["reported_started_at", "updated_at"])
+        return Outcome("stale", job.id)
+    if job.status == Job.Status.COMPLETED:
+        if job.closed_by_sweeper:
+            job.closed_by_sweeper = False
+        elif job.conclusion == data.conclusion:
+            return Outcome("duplicate", job.id)
+        else:
+            logger.warning(
+                "conflicting completed callback",
+                extra={
+                    "job": job.id,
+                    "stored_conclusion": job.conclusion,
+                    "arriving_conclusion": data.conclusion,
+                },
+            )
+            raise Rejected(
+                409,
+                "conflict",
+                f"job {job.id} already completed as {job.conclusion}; a different "
+                f"conclusion ({data.conclusion}) for the same attempt is refused",
+                "workflow.conclusion",
+            )
+    _apply_completion(job, data, now)
+    if timing is not None:
+        _apply_trusted_timing(job, data, timing)
+    elif job.in_progress_received_at is not None:
+        job.execution_seconds = max((now - job.in_progress_received_at).total_seconds(), 0.0)
+        job.timing_source = Job.TimingSource.SERVER
+    job.updated_at = now
+    job.save()
+    job.failed_tests.all().delete()
+    _store_failed_tests(job, data)
+    return Outcome("updated", job.id)
+
+
+def _apply_completion(job: Job, data: CallbackData, now: dt.datetime) -> None:
+    job.status = Job.Status.COMPLETED
+    job.conclusion = data.conclusion
+    job.completed_received_at = now
+    # A reported completion time is kept for display, never later than its receipt.
+    job.reported_completed_at = min(data.completed_at, now) if data.completed_at else None
+    job.placed_at = now
+    job.tests_passed = data.tests["passed"]
+    job.tests_failed = data.tests["failed"]
+    job.tests_skipped = data.tests["skipped"]
+    job.tests_total = data.tests["total"]
+    job.failed_tests_truncated = data.failed_tests_truncated
+    job.artifact_url = data.artifact_url
+    job.environment = data.environment
+    job.triage_verdict = data.triage_verdict
+    if data.started_at and job.reported_started_at is None:
+        job.reported_started_at = data.started_at
+
+
+def _apply_trusted_timing(job: Job, data: CallbackData, timing: TrustedTiming) -> None:
+    """Forwards and imports land where they ran, with the relay's own measurements."""
+    job.placed_at = data.completed_at or data.started_at or job.placed_at
+    job.reported_completed_at = data.completed_at
+    if timing.queue_seconds is not None:
+        job.queue_seconds = timing.queue_seconds
+    if timing.execution_seconds is not None:
+        job.execution_seconds = timing.execution_seconds
+    if timing.queue_seconds is not None or timing.execution_seconds is not None:
+        job.timing_source = Job.TimingSource.FORWARD
+
+
+def _store_failed_tests(job: Job, data: CallbackData) -> None:
+    FailedTest.objects.bulk_create(
+        [
+            FailedTest(
+                job=job,
+                classname=test.classname,
+                name=test.name,
+                message=test.message,
+                stacktrace=test.stacktrace,
+                duration=test.duration,
+            )
+            for test in data.failed_tests
+        ],
+        batch_size=500,
+    )
+
+
+# --- Sweeper ------------------------------------------------------------------------------
+
+
+def sweep_zombies() -> int:
+    """Close jobs in_progress longer than CRCR_ZOMBIE_TIMEOUT as `timed_out` (sweeper close)."""
+    now = clock.now()
+    cutoff = now - dt.timedelta(seconds=settings.CRCR_ZOMBIE_TIMEOUT_SECONDS)
+    closed = 0
+    stale_ids = list(
+        Job.objects.filter(status=Job.Status.IN_PROGRESS, placed_at__lt=cutoff).values_list(
+            "id", flat=True
+        )[:10_000]
+    )
+    for job_id in stale_ids:
+        with transaction.atomic():
+            job = (
+                Job.objects.select_for_update()
+                .filter(id=job_id, status=Job.Status.IN_PROGRESS)
+                .first()
+            )
+            if job is None:
+                continue
+            job.status = Job.Status.COMPLETED
+            job.conclusion = Job.Conclusion.TIMED_OUT
+            job.closed_by_sweeper = True
+            job.completed_received_at = now
+            job.updated_at = now
+            job.save(
+                update_fields=[
+                    "status",
+                    "conclusion",
+                    "closed_by_sweeper",
+                    "completed_received_at",
+                    "updated_at",
+                ]
+            )
+            closed += 1
+    if closed:
+        logger.info("sweeper closed jobs", extra={"closed": closed})
+    return closed
+
+
+def prune_used_tokens() -> int:
+    """Forget token ids whose tokens have expired (a replay would fail on `exp` anyway)."""
+    leeway = dt.timedelta(seconds=settings.CRCR_OIDC_LEEWAY_SECONDS)
+    deleted, _ = UsedToken.objects.filter(expires_at__lt=clock.now() - leeway).delete()
+    return deleted

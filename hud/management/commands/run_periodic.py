@@ -1,0 +1,27 @@
+"""`manage.py run_periodic`: the embedded default's beat (production uses celery beat)."""
+
+import time
+
+from django.core.management.base import BaseCommand
+
+from hud import periodic
+
+
+class Command(BaseCommand):
+    """Run the periodic jobs once, or forever every --interval seconds."""
+
+    help = "Run the periodic jobs (sweeper, token pruning) once, or in a loop with --loop."
+
+    def add_arguments(self, parser) -> None:
+        """--loop and --interval."""
+        parser.add_argument("--loop", action="store_true", help="keep running")
+        parser.add_argument("--interval", type=int, default=300, help="seconds between runs")
+
+    def handle(self, *args, loop: bool, interval: int, **options) -> None:
+        """Run each periodic job and print what it did."""
+        while True:
+            for name, result in periodic.run_all().items():
+                self.stdout.write(f"{name}: {result}")
+            if not loop:
+                return
+            time.sleep(interval)

@@ -1,0 +1,311 @@
+"""The data model: downstream backends, their level history, upstream deliveries,
+dispatches, jobs (one row per attempt, keyed like upstream) and their failed tests.
+
+Every idempotency rule is a database constraint, so concurrent duplicates are settled by
+the database rather than by a read-then-write race.
+"""
+
+from django.conf import settings
+from django.db import models
+from django.db.models.functions import Lower
+
+
+class Level(models.IntegerChoices):
+    """Allowlist levels (CRCR.md, "Levels")."""
+
+    L1 = 1, "L1"
+    L2 = 2, "L2"
+    L3 = 3, "L3"
+    L4 = 4, "L4"
+
+    @classmethod
+    def parse(cls, text: str) -> "Level":
+        """Turn "L3" (any case) into Level.L3; ValueError otherwise."""
+        cleaned = (text or "").strip().upper()
+        for level in cls:
+            if level.label == cleaned:
+                return level
+        raise ValueError(f"unknown level {text!r}; expected one of L1, L2, L3, L4")
+
+
+class Downstream(models.Model):
+    """An out-of-tree backend repository and its effective level."""
+
+    full_name = models.CharField(max_length=200, help_text="owner/repo as GitHub spells it")
+    level = models.PositiveSmallIntegerField(choices=Level.choices, default=Level.L1)
+    device = models.CharField(max_length=100, blank=True, help_text="L3 device label suffix")
+    oncalls = models.JSONField(default=list, blank=True, help_text="GitHub logins")
+    delisted = models.BooleanField(default=False, help_text="gone from the imported allowlist")
+    pending_upstream = models.BooleanField(
+        default=False, help_text="level approved here, not yet in an imported allowlist"
+    )
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(Lower("full_name"), name="downstream_name_ci_unique"),
+        ]
+        ordering = ["full_name"]
+
+    def __str__(self) -> str:
+        return self.full_name
+
+    @property
+    def owner(self) -> str:
+        """The organisation part of owner/repo."""
+        return self.full_name.split("/", 1)[0]
+
+    @property
+    def repo(self) -> str:
+        """The repository part of owner/repo."""
+        return self.full_name.split("/", 1)[1]
+
+
+class LevelChange(models.Model):
+    """Append-only level history; `at` may be back-dated (imports, forwards)."""
+
+    class Source(models.TextChoices):
+        IMPORT = "import", "allowlist import"
+        APPROVAL = "approval", "approved request"
+        FORWARD = "forward", "learnt from a relay forward"
+        ADMIN = "admin", "admin decision"
+
+    downstream = models.ForeignKey(Downstream, on_delete=models.PROTECT, related_name="changes")
+    from_level = models.PositiveSmallIntegerField(choices=Level.choices, null=True, blank=True)
+    to_level = models.PositiveSmallIntegerField(
+        choices=Level.choices, null=True, blank=True, help_text="null when delisted"
+    )
+    at = models.DateTimeField()
+    recorded_at = models.DateTimeField()
+    reason = models.TextField(blank=True)
+    source = models.CharField(max_length=20, choices=Source.choices)
+    by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    evidence = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["downstream", "at"])]
+        ordering = ["downstream", "at", "id"]
+
+    def __str__(self) -> str:
+        before, after = self.from_level or "-", self.to_level or "-"
+        return f"{self.downstream_id}: L{before} → L{after} at {self.at:%Y-%m-%d}"
+
+
+class Delivery(models.Model):
+    """An upstream webhook delivery (or a push/PR we dispatched)."""
+
+    delivery_id = models.CharField(max_length=100, unique=True)
+    event_type = models.CharField(max_length=40)
+    upstream_repo = models.CharField(max_length=200)
+    action = models.CharField(max_length=40, blank=True)
+    pr_number = models.PositiveIntegerField(default=0)
+    pr_title = models.CharField(max_length=300, blank=True)
+    head_sha = models.CharField(max_length=64, blank=True)
+    base_sha = models.CharField(max_length=64, blank=True)
+    base_ref = models.CharField(max_length=255, blank=True)
+    ref = models.CharField(max_length=255, blank=True)
+    labels = models.JSONField(default=list, blank=True)
+    received_at = models.DateTimeField()
+    body_sha256 = models.CharField(max_length=64, unique=True)
+    payload = models.JSONField(null=True, blank=True, help_text="raw body; pruned by retention")
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["head_sha"]),
+            models.Index(fields=["pr_number", "received_at"]),
+            models.Index(fields=["event_type", "ref", "received_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return self.delivery_id
+
+
+class Dispatch(models.Model):
+    """One repository_dispatch of a delivery to a downstream."""
+
+    class Outcome(models.TextChoices):
+        PENDING = "pending", "pending"
+        SENT = "sent", "sent"
+        FAILED = "failed", "failed"
+        NOT_INSTALLED = "not_installed", "app not installed"
+
+    delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="dispatches")
+    downstream = models.ForeignKey(Downstream, on_delete=models.PROTECT, related_name="dispatches")
+    level_at_dispatch = models.PositiveSmallIntegerField(choices=Level.choices)
+    created_at = models.DateTimeField()
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=20, choices=Outcome.choices, default=Outcome.PENDING)
+    reason = models.TextField(blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    trimmed_fields = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["delivery", "downstream"], name="dispatch_delivery_downstream_unique"
+            ),
+        ]
+        indexes = [models.Index(fields=["downstream", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.delivery_id} → {self.downstream_id}: {self.outcome}"
+
+
+class Job(models.Model):
+    """One attempt of one downstream job, keyed by upstream's row key."""
+
+    class Status(models.TextChoices):
+        IN_PROGRESS = "in_progress", "in progress"
+        COMPLETED = "completed", "completed"
+
+    class Conclusion(models.TextChoices):
+        SUCCESS = "success", "success"
+        FAILURE = "failure", "failure"
+        CANCELLED = "cancelled", "cancelled"
+        TIMED_OUT = "timed_out", "timed out"
+        SKIPPED = "skipped", "skipped"
+        NEUTRAL = "neutral", "neutral"
+
+    class TimingSource(models.TextChoices):
+        SERVER = "server", "measured by this server"
+        FORWARD = "forward", "relay forward (trusted.ci_metrics)"
+        NONE = "none", "unknown"
+
+    class Source(models.TextChoices):
+        CALLBACK = "callback", "OIDC callback"
+        FORWARD = "forward", "relay forward"
+        IMPORT = "import", "history import"
+
+    # Row key (CRCR.md, "Identity").
+    downstream = models.ForeignKey(Downstream, on_delete=models.PROTECT, related_name="jobs")
+    delivery_id = models.CharField(max_length=100)
+    workflow_name = models.CharField(max_length=255)
+    job_name = models.CharField(max_length=255)
+    check_run_id = models.CharField(max_length=100)
+
+    # Upstream context.
+    event_type = models.CharField(max_length=40)
+    pr_number = models.PositiveIntegerField(default=0)
+    head_sha = models.CharField(max_length=64)
+    dispatch = models.ForeignKey(
+        Dispatch, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+    )
+    verified = models.BooleanField(
+        default=False, help_text="delivery known here; unverified results are never mirrored"
+    )
+    source = models.CharField(max_length=20, choices=Source.choices)
+
+    # Downstream run.
+    run_id = models.BigIntegerField()
+    run_attempt = models.PositiveIntegerField(default=1)
+    workflow_url = models.URLField(max_length=500)
+    status = models.CharField(max_length=20, choices=Status.choices)
+    conclusion = models.CharField(max_length=20, choices=Conclusion.choices, blank=True)
+    closed_by_sweeper = models.BooleanField(default=False)
+
+    # Times: reported by the downstream (display) and observed by this server.
+    reported_started_at = models.DateTimeField(null=True, blank=True)
+    reported_completed_at = models.DateTimeField(null=True, blank=True)
+    in_progress_received_at = models.DateTimeField(null=True, blank=True)
+    completed_received_at = models.DateTimeField(null=True, blank=True)
+    placed_at = models.DateTimeField(
+        help_text="when the job happened: receipt time live, reported time when imported"
+    )
+    updated_at = models.DateTimeField()
+    queue_seconds = models.FloatField(null=True, blank=True)
+    execution_seconds = models.FloatField(null=True, blank=True)
+    timing_source = models.CharField(
+        max_length=20, choices=TimingSource.choices, default=TimingSource.NONE
+    )
+
+    # Results.
+    tests_passed = models.PositiveIntegerField(null=True, blank=True)
+    tests_failed = models.PositiveIntegerField(null=True, blank=True)
+    tests_skipped = models.PositiveIntegerField(null=True, blank=True)
+    tests_total = models.PositiveIntegerField(null=True, blank=True)
+    failed_tests_truncated = models.BooleanField(default=False)
+    artifact_url = models.URLField(max_length=500, blank=True)
+    environment = models.JSONField(null=True, blank=True)
+    triage_verdict = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["downstream", "delivery_id", "workflow_name", "job_name", "check_run_id"],
+                name="job_row_key_unique",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["downstream", "placed_at"], name="job_downstream_time"),
+            models.Index(fields=["placed_at"], name="job_time"),
+            models.Index(fields=["pr_number", "placed_at"], name="job_pr"),
+            models.Index(fields=["head_sha"], name="job_head_sha"),
+            models.Index(
+                fields=["downstream", "event_type", "head_sha", "workflow_name", "job_name"],
+                name="job_logical",
+            ),
+            models.Index(fields=["status", "placed_at"], name="job_open"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.downstream_id}:{self.workflow_name}/{self.job_name}@{self.head_sha[:10]}"
+
+
+class FailedTest(models.Model):
+    """One failed test reported with a job (first 1,000 kept)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="failed_tests")
+    classname = models.CharField(max_length=500, blank=True)
+    name = models.CharField(max_length=500)
+    message = models.TextField(blank=True)
+    stacktrace = models.TextField(blank=True)
+    duration = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["classname", "name"], name="failedtest_id")]
+
+    def __str__(self) -> str:
+        return f"{self.classname}::{self.name}"
+
+
+class UsedToken(models.Model):
+    """OIDC token ids already accepted, so a replayed token is refused."""
+
+    jti = models.CharField(max_length=200, unique=True)
+    expires_at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return self.jti
+
+
+class RateBucket(models.Model):
+    """Token bucket per downstream for callback rate limiting (updated atomically in SQL)."""
+
+    downstream = models.OneToOneField(
+        Downstream, on_delete=models.CASCADE, related_name="rate_bucket"
+    )
+    tokens = models.FloatField()
+    # Seconds since the epoch: plain arithmetic in SQL works the same on PostgreSQL and SQLite.
+    updated_epoch = models.FloatField()
+
+    def __str__(self) -> str:
+        return f"{self.downstream_id}: {self.tokens:.1f} tokens"
+
+
+class AllowlistImport(models.Model):
+    """An imported allowlist file, kept verbatim so an export can keep its comments and order."""
+
+    text = models.TextField()
+    sha256 = models.CharField(max_length=64)
+    source = models.CharField(max_length=500, help_text="path or URL it came from")
+    imported_at = models.DateTimeField()
+    effective_since = models.DateTimeField(help_text="--since, or the import time")
+    report = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-imported_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.source} at {self.imported_at:%Y-%m-%d %H:%M}"

@@ -1,0 +1,15 @@
+"""The periodic jobs, one list shared by celery beat's tasks and `manage.py run_periodic`."""
+
+from collections.abc import Callable
+
+from hud import ingest
+
+PERIODIC_JOBS: dict[str, Callable[[], object]] = {
+    "sweep_zombies": ingest.sweep_zombies,
+    "prune_used_tokens": ingest.prune_used_tokens,
+}
+
+
+def run_all() -> dict[str, object]:
+    """Run every periodic job once; return what each reported."""
+    return {name: job() for name, job in PERIODIC_JOBS.items()}

@@ -1,0 +1,3 @@
+"""Server-rendered pages."""
+
+urlpatterns: list = []

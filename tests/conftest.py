@@ -1,0 +1,46 @@
+"""Shared fixtures: no unplanned network, a frozen clock, builders for domain rows."""
+
+import datetime as dt
+import socket
+
+import pytest
+
+from hud import clock
+
+pytest_plugins = ["tests.support.oidc"]
+
+_LOCAL_HOSTS = {"127.0.0.1", "::1", "localhost"}
+_real_connect = socket.socket.connect
+
+
+def _guarded_connect(self, address):
+    host = address[0] if isinstance(address, tuple) else address
+    if isinstance(host, str) and host not in _LOCAL_HOSTS and not host.startswith("/"):
+        raise RuntimeError(f"unplanned outbound network call to {address!r} in a test")
+    return _real_connect(self, address)
+
+
+@pytest.fixture(autouse=True)
+def _no_outbound_network(monkeypatch):
+    """Any connection to a non-local address fails the test."""
+    monkeypatch.setattr(socket.socket, "connect", _guarded_connect)
+
+
+@pytest.fixture(autouse=True)
+def _clear_cache():
+    """Each test starts with an empty Django cache (token caches, JWKS, governors)."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+    cache.clear()
+
+
+NOW = dt.datetime(2026, 11, 2, 12, 0, tzinfo=dt.UTC)
+
+
+@pytest.fixture
+def frozen_clock():
+    """The injectable clock frozen at a fixed Monday noon UTC; `.advance(...)` moves it."""
+    with clock.frozen_at(NOW, all_threads=True) as moving:
+        yield moving
