@@ -183,8 +183,8 @@ def parse_forward(body: Any) -> tuple[str, int, TrustedTiming, Any]:
     return repo, level, TrustedTiming(*timing), untrusted["callback_payload"]
 
 
-def receive_forward(body: Any) -> Outcome:
-    """The relay → HUD forward: identity and level from `trusted`, times as reported."""
+def receive_forward(body: Any, *, source: str = Job.Source.FORWARD) -> Outcome:
+    """A relay forward (or an imported one): identity and level from `trusted`, reported times."""
     try:
         repo, level, timing, callback_body = parse_forward(body)
         if level < Level.L2:
@@ -196,7 +196,7 @@ def receive_forward(body: Any) -> Outcome:
     downstream = levels.learn_level_from_forward(repo, level, placed)
     if downstream.delisted:
         raise Rejected(403, "not_allowlisted", f"{repo} is delisted on this server")
-    return store(downstream, data, source=Job.Source.FORWARD, timing=timing)
+    return store(downstream, data, source=source, timing=timing)
 
 
 # --- The state machine --------------------------------------------------------------------
@@ -272,6 +272,7 @@ def _create(
         event_type=delivery.event_type if delivery else data.event_type,
         pr_number=delivery.pr_number if delivery else data.pr_number,
         head_sha=(delivery.head_sha or data.head_sha) if delivery else data.head_sha,
+        ref=delivery.ref if delivery else data.ref,
         dispatch=dispatch,
         verified=delivery is not None,
         source=source,

@@ -3,8 +3,10 @@
 import datetime as dt
 from dataclasses import dataclass
 
+import pandas as pd
 from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 
+from hud import stats
 from hud.models import Delivery, Downstream, FailedTest, Job
 
 
@@ -96,3 +98,43 @@ def backends(include_delisted: bool = False) -> QuerySet[Downstream]:
 def backend(full_name: str) -> Downstream | None:
     """One backend by owner/repo (any case)."""
     return backends(include_delisted=True).filter(full_name__iexact=full_name).first()
+
+
+# Attempts of a logical job can straddle a window's start; loading a margin before it lets
+# first-attempt and re-run figures see them.
+FRAME_MARGIN = dt.timedelta(days=2)
+FRAME_COLUMNS = [
+    "id",
+    "downstream__full_name",
+    "event_type",
+    "pr_number",
+    "head_sha",
+    "workflow_name",
+    "job_name",
+    "run_id",
+    "run_attempt",
+    "status",
+    "conclusion",
+    "placed_at",
+    "in_progress_received_at",
+    "queue_seconds",
+    "execution_seconds",
+    "closed_by_sweeper",
+    "ref",
+]
+
+
+def jobs_frame(
+    start: dt.datetime, end: dt.datetime, downstream_ids: list[int] | None = None
+) -> pd.DataFrame:
+    """The stats jobs frame (hud.stats contract) of attempts placed in [start − margin, end)."""
+    queryset = Job.objects.filter(placed_at__gte=start - FRAME_MARGIN, placed_at__lt=end)
+    if downstream_ids is not None:
+        queryset = queryset.filter(downstream_id__in=downstream_ids)
+    rows = list(queryset.values_list(*FRAME_COLUMNS))
+    if not rows:
+        return stats.empty_jobs_frame()
+    frame = pd.DataFrame.from_records(rows, columns=FRAME_COLUMNS).rename(
+        columns={"downstream__full_name": "downstream"}
+    )
+    return stats.coerce_jobs_frame(frame)
