@@ -2,7 +2,8 @@
 
 from typing import Any
 
-from django.http import JsonResponse
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -42,6 +43,11 @@ def _first_field_error(detail: Any, prefix: str = "") -> tuple[str | None, str]:
 
 def exception_handler(exc: Exception, context: dict) -> Response | None:
     """Render DRF exceptions in the shared error body."""
+    # DRF maps Django's own exceptions too; map them here first so the body gets a real code.
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound(str(exc) or None)
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied(str(exc) or None)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

@@ -11,3 +11,11 @@ class StaticStorage(CompressedManifestStaticFilesStorage):
     """
 
     manifest_strict = False
+
+    def stored_name(self, name: str) -> str:
+        """The hashed name from the manifest, or the plain name if the file is not collected."""
+        try:
+            return super().stored_name(name)
+        except ValueError:
+            # Not under STATIC_ROOT yet: whitenoise serves it from the finders by this name.
+            return name

@@ -193,10 +193,12 @@ def receive_forward(body: Any, *, source: str = Job.Source.FORWARD) -> Outcome:
     except PayloadError as error:
         raise Rejected.from_payload_error(error) from error
     placed = data.completed_at or data.started_at or clock.now()
-    downstream = levels.learn_level_from_forward(repo, level, placed)
-    if downstream.delisted:
-        raise Rejected(403, "not_allowlisted", f"{repo} is delisted on this server")
-    return store(downstream, data, source=source, timing=timing)
+    # One transaction: a refused or failed result leaves no learnt level history behind.
+    with transaction.atomic():
+        downstream = levels.learn_level_from_forward(repo, level, placed)
+        if downstream.delisted:
+            raise Rejected(403, "not_allowlisted", f"{repo} is delisted on this server")
+        return store(downstream, data, source=source, timing=timing)
 
 
 # --- The state machine --------------------------------------------------------------------

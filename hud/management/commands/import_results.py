@@ -8,6 +8,7 @@ from django.db import transaction
 from tqdm import tqdm
 
 from hud import ingest
+from hud.models import Job
 from hud.payload import PayloadError, decode_json
 
 BATCH_LINES = 500
@@ -61,7 +62,9 @@ class Command(BaseCommand):
             for number, line in batch:
                 try:
                     with transaction.atomic():
-                        outcome = ingest.receive_forward(decode_json(line))
+                        outcome = ingest.receive_forward(
+                            decode_json(line), source=Job.Source.IMPORT
+                        )
                     counts[outcome.status] += 1
                 except PayloadError as error:
                     counts["rejected"] += 1
