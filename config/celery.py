@@ -17,4 +17,7 @@ app.autodiscover_tasks()
 app.conf.beat_schedule = {
     "crcr.sweep_zombies": {"task": "crcr.sweep_zombies", "schedule": 300.0},
     "crcr.prune_used_tokens": {"task": "crcr.prune_used_tokens", "schedule": 3600.0},
+    "crcr.reconcile_dispatches": {"task": "crcr.reconcile_dispatches", "schedule": 60.0},
+    # Idempotent per day: hourly runs make a missed one harmless.
+    "crcr.daily_evaluation": {"task": "crcr.daily_evaluation", "schedule": 3600.0},
 }

@@ -13,12 +13,20 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hud import clock, ingest, levels, relay
-from hud.models import Dispatch, Downstream, Job
+from django.contrib.auth.models import Group, User
+
+from hud import clock, ingest, levels, promotion, relay
+from hud.models import BackendMaintainer, Dispatch, Downstream, Job
 from hud.payload import parse_callback
 
 UPSTREAM = "pytorch/pytorch"
 DAYS = 42
+EVALUATED_DAYS = 6
+# Demo sign-ins, printed by `make run`: (login, password, role, maintained backend).
+DEMO_USERS = (
+    ("admin", "crcr-admin-demo", "CRCR admin", None),
+    ("tt-maintainer", "crcr-maintainer-demo", "maintainer", "tenstorrent/tt-torch"),
+)
 
 ALLOWLIST_BEFORE = """\
 # CRCR allowlist (demo). Levels: L1 forwarded only, L2 on the HUD,
@@ -338,6 +346,9 @@ def build(now: dt.datetime, log: Callable[[str], None] = print) -> dict[str, int
                 timeline.at(moment, lambda d=backends[profile.repo], b=body: _report(d, b))
                 counts["jobs"] += 1
     _schedule_stuck_jobs(timeline, backends, now, run_ids)
+    for day in range(EVALUATED_DAYS, 0, -1):
+        moment = (now - dt.timedelta(days=day - 1)).replace(hour=0, minute=30, second=0)
+        timeline.at(moment, promotion.daily_evaluation)
     timeline.at(now - dt.timedelta(minutes=1), ingest.sweep_zombies)
     events = timeline.replay(now)
     log(
@@ -345,6 +356,24 @@ def build(now: dt.datetime, log: Callable[[str], None] = print) -> dict[str, int
         f"{events} events replayed"
     )
     return counts
+
+
+def ensure_demo_users() -> list[str]:
+    """Create the demo sign-ins (idempotent); return one line per user to print."""
+    admins, _ = Group.objects.get_or_create(name=promotion.ADMIN_GROUP)
+    lines = []
+    for login, password, role, backend in DEMO_USERS:
+        user = User.objects.filter(username=login).first()
+        if user is None:
+            user = User.objects.create_user(login, password=password)
+        if backend is None:
+            user.groups.add(admins)
+        else:
+            downstream = Downstream.objects.filter(full_name=backend).first()
+            if downstream is not None:
+                BackendMaintainer.objects.get_or_create(user=user, downstream=downstream)
+        lines.append(f"  {login} / {password}  ({role}{' of ' + backend if backend else ''})")
+    return lines
 
 
 def _pr_title(rng: random.Random, number: int) -> str:

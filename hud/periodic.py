@@ -2,11 +2,13 @@
 
 from collections.abc import Callable
 
-from hud import ingest
+from hud import ingest, promotion, relay
 
 PERIODIC_JOBS: dict[str, Callable[[], object]] = {
     "sweep_zombies": ingest.sweep_zombies,
     "prune_used_tokens": ingest.prune_used_tokens,
+    "reconcile_dispatches": relay.reconcile,
+    "daily_evaluation": promotion.daily_evaluation,
 }
 
 

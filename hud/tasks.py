@@ -14,7 +14,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import close_old_connections, transaction
 
-from hud import ingest
+from hud import ingest, promotion
 
 logger = logging.getLogger(__name__)
 _pool: ThreadPoolExecutor | None = None
@@ -70,3 +70,34 @@ def sweep_zombies() -> int:
 def prune_used_tokens() -> int:
     """Forget expired OIDC token ids."""
     return ingest.prune_used_tokens()
+
+
+@shared_task(name="crcr.daily_evaluation", **TASK_OPTIONS)
+def daily_evaluation() -> dict:
+    """Evaluate every L2+ backend's gates for the day just ended; raise demotion warnings."""
+    return promotion.daily_evaluation()
+
+
+# --- The relay: dispatches (appended for the relay, part 1) -------------------------------
+
+
+@shared_task(name="crcr.send_dispatch", bind=True, **TASK_OPTIONS)
+def send_dispatch(self: Any, dispatch_id: int) -> str:
+    """Send one pending repository_dispatch; retry retryable failures with backoff."""
+    from hud import relay
+
+    outcome = relay.send_dispatch(int(dispatch_id))
+    on_worker = not getattr(self.request, "called_directly", True)
+    if outcome.result == relay.SendResult.RETRY and on_worker:
+        # GitHub's retry-after and the row's lease decide the wait, not the generic backoff.
+        # In-process runs do not retry here: the periodic reconciler picks the row up.
+        raise self.retry(countdown=outcome.retry_in, max_retries=None)
+    return outcome.result.value
+
+
+@shared_task(name="crcr.reconcile_dispatches", **TASK_OPTIONS)
+def reconcile_dispatches() -> int:
+    """Re-enqueue pending dispatches a lost enqueue or a failed attempt left behind."""
+    from hud import relay
+
+    return relay.reconcile()

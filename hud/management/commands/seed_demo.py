@@ -15,5 +15,8 @@ class Command(BaseCommand):
         """Seed once; an existing database is left alone."""
         if Downstream.objects.exists():
             self.stdout.write("seed_demo: the database already holds backends; nothing to do")
-            return
-        demo.build(clock.now(), log=self.stdout.write)
+        else:
+            demo.build(clock.now(), log=self.stdout.write)
+        self.stdout.write("Demo sign-ins (embedded default only; never in production):")
+        for line in demo.ensure_demo_users():
+            self.stdout.write(line)

@@ -1,0 +1,49 @@
+"""`GET /api/v1/backends/<org>/<repo>/gates[?as_of=]`: a backend's gate evaluation."""
+
+import datetime as dt
+
+from django.http import Http404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from hud import promotion, selectors
+
+
+def parse_as_of(raw: str | None) -> dt.datetime | None:
+    """`as_of` as an ISO date (meaning the end of that UTC day) or an ISO time."""
+    if not raw:
+        return None
+    try:
+        if len(raw) == 10:
+            day = dt.date.fromisoformat(raw)
+            return dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), tzinfo=dt.UTC)
+        moment = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ValidationError({"as_of": ["must be an ISO date or time, e.g. 2026-11-01"]}) from exc
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+
+
+class BackendGates(APIView):
+    """Promotion to the next level and keep/demote at the current one, criterion by criterion."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "as_of",
+                OpenApiTypes.STR,
+                description="ISO date (end of that day) or time; default now",
+            )
+        ],
+        responses=OpenApiTypes.OBJECT,
+    )
+    def get(self, request: Request, org: str, repo: str) -> Response:
+        """The evaluation with every criterion's value, interval, threshold, n and status."""
+        backend = selectors.backend(f"{org}/{repo}")
+        if backend is None:
+            raise Http404(f"no backend {org}/{repo}")
+        as_of = parse_as_of(request.query_params.get("as_of"))
+        return Response(promotion.evaluate_backend(backend, as_of=as_of).to_dict())

@@ -1,0 +1,531 @@
+"""Levels in practice: gate evaluations, requests and approvals, overrides, exclusions,
+daily evaluations and demotion warnings, each state change audited.
+
+Permissions are checked here, not only in views, so no caller can skip them: maintainers of a
+backend may request a level change for it; CRCR admins (superusers or the `crcr-admins`
+group) decide requests, overrides, exclusions and demotions.
+"""
+
+import datetime as dt
+import itertools
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+
+from hud import clock, gates, levels, selectors, stats
+from hud.models import (
+    BackendMaintainer,
+    DemotionWarning,
+    Downstream,
+    GateEvaluation,
+    GateExclusion,
+    Job,
+    Level,
+    LevelChange,
+    LevelOverride,
+    PromotionRequest,
+)
+
+logger = logging.getLogger(__name__)
+ADMIN_GROUP = "crcr-admins"
+User = AbstractBaseUser | AnonymousUser
+
+
+# --- Roles ------------------------------------------------------------------------------
+
+
+def is_admin(user: User) -> bool:
+    """A CRCR admin: a superuser or a member of the `crcr-admins` group."""
+    return bool(
+        user.is_authenticated
+        and (user.is_superuser or user.groups.filter(name=ADMIN_GROUP).exists())
+    )
+
+
+def maintains(user: User, downstream: Downstream) -> bool:
+    """Whether `user` maintains `downstream` (admins maintain every backend)."""
+    if not user.is_authenticated:
+        return False
+    return (
+        is_admin(user)
+        or BackendMaintainer.objects.filter(user=user, downstream=downstream).exists()
+    )
+
+
+def require_admin(user: User) -> None:
+    """Raise PermissionDenied unless `user` is a CRCR admin."""
+    if not is_admin(user):
+        raise PermissionDenied("only CRCR admins may do this")
+
+
+# --- Effective level ------------------------------------------------------------------
+
+
+def active_override(downstream: Downstream, now: dt.datetime | None = None) -> LevelOverride | None:
+    """The override in force at `now` (expiry is read-time: no task needs to run)."""
+    now = now or clock.now()
+    return (
+        LevelOverride.objects.filter(
+            downstream=downstream, revoked_at__isnull=True, created_at__lte=now, expires_at__gt=now
+        )
+        .order_by("level", "-created_at")
+        .first()
+    )
+
+
+def effective_level(downstream: Downstream, now: dt.datetime | None = None) -> int:
+    """The level this server acts on: an active override wins over the allowlist level."""
+    override = active_override(downstream, now)
+    return override.level if override else downstream.level
+
+
+def level_since(downstream: Downstream, as_of: dt.datetime) -> dt.datetime | None:
+    """When the level in force at `as_of` began, from the level history."""
+    current = levels.level_at(downstream, as_of)
+    if current is None:
+        return None
+    started = None
+    for change in downstream.changes.filter(at__lte=as_of).order_by("-at", "-id"):
+        if change.to_level != current:
+            break
+        started = change.at
+    return started
+
+
+# --- Gate evaluation ------------------------------------------------------------------
+
+
+def _policy() -> gates.Policy:
+    return gates.load_policy(getattr(settings, "CRCR_GATE_POLICY", None))
+
+
+def _excluded(frame: pd.DataFrame, downstream: Downstream) -> tuple[pd.DataFrame, list[dict]]:
+    """Drop the rows admins excluded from gating; return them described for display."""
+    exclusions = list(downstream.exclusions.order_by("created_at"))
+    if not exclusions or frame.empty:
+        return frame, [_describe_exclusion(item, 0) for item in exclusions]
+    keep = pd.Series(True, index=frame.index)
+    described = []
+    for item in exclusions:
+        if item.job_id is not None:
+            hit = frame["id"] == item.job_id
+        else:
+            hit = (frame["placed_at"] >= item.start) & (frame["placed_at"] < item.end)
+        described.append(_describe_exclusion(item, int((hit & keep).sum())))
+        keep &= ~hit
+    return frame[keep], described
+
+
+def _describe_exclusion(item: GateExclusion, rows: int) -> dict[str, Any]:
+    return {
+        "id": item.id,
+        "job": item.job_id,
+        "start": item.start.isoformat() if item.start else None,
+        "end": item.end.isoformat() if item.end else None,
+        "reason": item.reason,
+        "by": item.by.get_username() if item.by else None,
+        "excluded_attempts": rows,
+    }
+
+
+def oncall_response_hours(frame: pd.DataFrame) -> list[float]:
+    """Hours from each failed PR attempt to the backend's next attempt of that logical job."""
+    prs = frame[(frame["event_type"] == "pull_request") & (frame["status"] == "completed")]
+    if prs.empty:
+        return []
+    ordered = prs.sort_values([*stats.LOGICAL_JOB_KEY, *stats.ATTEMPT_ORDER])
+    hours = []
+    for _, attempts in ordered.groupby(stats.LOGICAL_JOB_KEY, sort=False):
+        rows = attempts.to_dict("records")
+        for failed, following in itertools.pairwise(rows):
+            if failed["conclusion"] == "failure":
+                seconds = (following["placed_at"] - failed["placed_at"]).total_seconds()
+                hours.append(max(seconds, 0.0) / 3600.0)
+    return hours
+
+
+@dataclass(frozen=True)
+class BackendGate:
+    """A backend's evaluation with what it was computed from."""
+
+    evaluation: gates.Evaluation
+    effective_level: int
+    exclusions: list[dict]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON for the API and for evidence snapshots."""
+        return {
+            **self.evaluation.to_dict(),
+            "effective_level": f"L{self.effective_level}",
+            "exclusions": self.exclusions,
+        }
+
+
+def evaluate_backend(
+    downstream: Downstream, as_of: dt.datetime | None = None, target_level: int | None = None
+) -> BackendGate:
+    """Evaluate promotion to the next (or `target_level`) and keep/demote at the current level."""
+    as_of = as_of or clock.now()
+    policy = _policy()
+    current = levels.level_at(downstream, as_of) or downstream.level
+    current_label = f"L{current}"
+    target_label = (
+        f"L{target_level}" if target_level is not None else gates.next_level(current_label)
+    )
+    horizon = max(
+        (c.window_days for lvl in policy.levels.values() for c in (*lvl.promotion, *lvl.demotion)),
+        default=30,
+    )
+    frame = selectors.jobs_frame(as_of - dt.timedelta(days=horizon + 1), as_of, [downstream.id])
+    frame, exclusions = _excluded(frame, downstream)
+    extra = {
+        "oncall_response_p50_hours": stats.percentile_estimate(
+            oncall_response_hours(frame), 0.5, min_n=1, unit="hours"
+        )
+    }
+    metrics = gates.gate_metrics(
+        frame,
+        policy,
+        current_level=current_label,
+        target_level=target_label,
+        as_of=as_of,
+        level_since=level_since(downstream, as_of),
+        extra=extra,
+    )
+    evaluation = gates.evaluate(metrics, policy, target_label, current_label, as_of=as_of)
+    return BackendGate(evaluation, effective_level(downstream, as_of), exclusions)
+
+
+# --- Requests and approvals -----------------------------------------------------------
+
+
+def request_change(
+    user: User,
+    downstream: Downstream,
+    to_level: int,
+    *,
+    device: str = "",
+    oncalls: list[str] | None = None,
+    reason: str = "",
+) -> PromotionRequest:
+    """A maintainer asks for a level change; the evidence is frozen now."""
+    if not maintains(user, downstream):
+        raise PermissionDenied(f"you do not maintain {downstream.full_name}")
+    if to_level not in Level.values or to_level == downstream.level:
+        raise ValidationError({"to_level": "choose a level other than the current one"})
+    if to_level == Level.L3 and not device.strip():
+        raise ValidationError({"device": "an L3 backend needs a device (ciflow/crcr/<device>)"})
+    oncalls = [login.strip().lstrip("@") for login in oncalls or [] if login.strip()]
+    if to_level >= Level.L3 and not oncalls:
+        raise ValidationError({"oncalls": "L3 and L4 backends need at least one on-call"})
+    gate = evaluate_backend(downstream, target_level=to_level)
+    try:
+        with transaction.atomic():
+            return PromotionRequest.objects.create(
+                downstream=downstream,
+                from_level=downstream.level,
+                to_level=to_level,
+                device=device.strip(),
+                oncalls=oncalls,
+                reason=reason,
+                evidence=gate.to_dict(),
+                requested_by=user,
+                requested_at=clock.now(),
+            )
+    except IntegrityError as exc:
+        raise ValidationError({"to_level": "this backend already has a pending request"}) from exc
+
+
+def approve(user: User, request: PromotionRequest, comment: str = "") -> PromotionRequest:
+    """Apply the requested level now, marked pending upstream, with the allowlist to send."""
+    require_admin(user)
+    now = clock.now()
+    with transaction.atomic():
+        request = PromotionRequest.objects.select_for_update().get(pk=request.pk)
+        if request.status != PromotionRequest.Status.PENDING:
+            raise ValidationError({"status": f"this request is already {request.status}"})
+        downstream = Downstream.objects.select_for_update().get(pk=request.downstream_id)
+        LevelChange.objects.create(
+            downstream=downstream,
+            from_level=downstream.level,
+            to_level=request.to_level,
+            at=now,
+            recorded_at=now,
+            source=LevelChange.Source.APPROVAL,
+            by=user,
+            reason=comment or request.reason,
+            evidence=request.evidence,
+        )
+        downstream.level = request.to_level
+        if request.to_level == Level.L3:
+            downstream.device = request.device
+        if request.oncalls:
+            downstream.oncalls = request.oncalls
+        downstream.pending_upstream = True
+        downstream.save(update_fields=["level", "device", "oncalls", "pending_upstream"])
+        request.status = PromotionRequest.Status.APPROVED
+        request.decided_by, request.decided_at = user, now
+        request.decision_comment = comment
+        request.allowlist_text = levels.export_allowlist_text()
+        request.pr_description = pr_description(request, downstream)
+        request.save()
+    logger.info(
+        "level change approved",
+        extra={"downstream": downstream.full_name, "to_level": request.to_level, "by": user.pk},
+    )
+    return request
+
+
+def reject(user: User, request: PromotionRequest, comment: str) -> PromotionRequest:
+    """Refuse a request with a comment the maintainer will read."""
+    require_admin(user)
+    if not comment.strip():
+        raise ValidationError({"comment": "say why the request is rejected"})
+    with transaction.atomic():
+        request = PromotionRequest.objects.select_for_update().get(pk=request.pk)
+        if request.status != PromotionRequest.Status.PENDING:
+            raise ValidationError({"status": f"this request is already {request.status}"})
+        request.status = PromotionRequest.Status.REJECTED
+        request.decided_by, request.decided_at = user, clock.now()
+        request.decision_comment = comment
+        request.save(update_fields=["status", "decided_by", "decided_at", "decision_comment"])
+    return request
+
+
+def pr_description(request: PromotionRequest, downstream: Downstream) -> str:
+    """A ready-to-paste pytorch/pytorch PR description for the allowlist change."""
+    evaluation = request.evidence or {}
+    lines = [
+        f"[CRCR] Move {downstream.full_name} from L{request.from_level} to L{request.to_level}",
+        "",
+        f"Approved on the CRCR HUD by {request.decided_by.get_username()} on "
+        f"{request.decided_at:%Y-%m-%d}.",
+        "",
+        f"Gate evaluation for L{request.to_level} as of {evaluation.get('as_of', '?')}: "
+        f"**{evaluation.get('decision') or 'n/a'}**",
+        "",
+        "| criterion | value | 95% interval | threshold | status |",
+        "|---|---|---|---|---|",
+    ]
+    for item in evaluation.get("criteria", []):
+        low, high = item.get("low"), item.get("high")
+        interval = f"{low:.4g} – {high:.4g}" if low is not None and high is not None else "—"
+        value = "—" if item.get("value") is None else f"{item['value']:.4g}"
+        lines.append(
+            f"| {item['name']} | {value} | {interval} | {item['direction']} "
+            f"{item['threshold']:g} | {item['status']} |"
+        )
+    if request.oncalls:
+        lines += ["", "On-calls: " + ", ".join(request.oncalls)]
+    if request.reason:
+        lines += ["", "Maintainer's reason:", "", request.reason]
+    return "\n".join(lines)
+
+
+# --- Overrides and exclusions ---------------------------------------------------------
+
+
+def create_override(
+    user: User, downstream: Downstream, level: int, expires_at: dt.datetime, reason: str
+) -> LevelOverride:
+    """A temporary downgrade, effective now, lapsing at `expires_at`."""
+    require_admin(user)
+    now = clock.now()
+    if level >= downstream.level:
+        raise ValidationError({"level": "an override lowers the level"})
+    if expires_at <= now:
+        raise ValidationError({"expires_at": "the expiry must be in the future"})
+    if not reason.strip():
+        raise ValidationError({"reason": "say why"})
+    return LevelOverride.objects.create(
+        downstream=downstream,
+        level=level,
+        reason=reason,
+        created_at=now,
+        expires_at=expires_at,
+        by=user,
+    )
+
+
+def revoke_override(user: User, override: LevelOverride) -> None:
+    """End an override early."""
+    require_admin(user)
+    LevelOverride.objects.filter(pk=override.pk, revoked_at__isnull=True).update(
+        revoked_at=clock.now()
+    )
+
+
+def add_exclusion(
+    user: User,
+    downstream: Downstream,
+    reason: str,
+    *,
+    start: dt.datetime | None = None,
+    end: dt.datetime | None = None,
+    job: Job | None = None,
+) -> GateExclusion:
+    """Take an incident window or one bogus job out of gating, with the reason shown."""
+    require_admin(user)
+    if not reason.strip():
+        raise ValidationError({"reason": "say why"})
+    if job is None and (start is None or end is None or end <= start):
+        raise ValidationError({"start": "give a window (start before end) or a job"})
+    if job is not None and job.downstream_id != downstream.id:
+        raise ValidationError({"job": "that job belongs to another backend"})
+    return GateExclusion.objects.create(
+        downstream=downstream,
+        reason=reason,
+        start=start,
+        end=end,
+        job=job,
+        created_at=clock.now(),
+        by=user,
+    )
+
+
+# --- Daily evaluation and demotion warnings -------------------------------------------
+
+
+def daily_evaluation(day: dt.date | None = None) -> dict[str, int]:
+    """Evaluate every L2+ backend at the end of `day` (idempotent per day); raise warnings."""
+    day = day or (clock.now() - dt.timedelta(hours=1)).date()
+    as_of = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), tzinfo=dt.UTC)
+    policy = _policy()
+    made = warned = 0
+    for downstream in Downstream.objects.filter(delisted=False, level__gte=Level.L2):
+        if GateEvaluation.objects.filter(downstream=downstream, day=day).exists():
+            continue
+        gate = evaluate_backend(downstream, as_of=as_of)
+        history = list(
+            GateEvaluation.objects.filter(downstream=downstream, day__lt=day).order_by("-day")[
+                : 4 * policy.k_consecutive
+            ]
+        )[::-1]
+        promotions = [item.promotion for item in history] + [gate.evaluation.decision or ""]
+        retentions = [item.retention for item in history] + [gate.evaluation.demotion_decision]
+        try:
+            with transaction.atomic():
+                GateEvaluation.objects.create(
+                    downstream=downstream,
+                    day=day,
+                    current_level=downstream.level,
+                    promotion=gate.evaluation.decision or "",
+                    retention=gate.evaluation.demotion_decision,
+                    stable_promotion=gates.stable_decision(promotions, policy.k_consecutive),
+                    stable_retention=gates.stable_decision(
+                        retentions, policy.k_consecutive, initial=gates.KEEP
+                    ),
+                    detail=gate.to_dict(),
+                    created_at=clock.now(),
+                )
+        except IntegrityError:
+            continue  # another worker evaluated the same day
+        made += 1
+        warned += _raise_warning(downstream, day, retentions, gate, policy)
+    return {"evaluated": made, "warnings": warned}
+
+
+def _raise_warning(
+    downstream: Downstream,
+    day: dt.date,
+    retentions: list[str],
+    gate: BackendGate,
+    policy: gates.Policy,
+) -> int:
+    """Open a demotion warning once `k` consecutive evaluations say demote."""
+    if gates.stable_decision(retentions, policy.k_consecutive, initial=gates.KEEP) != gates.DEMOTE:
+        return 0
+    streak = 0
+    for decision in reversed(retentions):
+        if decision != gates.DEMOTE:
+            break
+        streak += 1
+    first_failing = day - dt.timedelta(days=streak - 1)
+    try:
+        with transaction.atomic():
+            DemotionWarning.objects.create(
+                downstream=downstream,
+                level=downstream.level,
+                first_failing_on=first_failing,
+                deadline=gates.demotion_deadline(first_failing, policy.grace_working_days),
+                failing=list(gate.evaluation.demoting),
+                created_at=clock.now(),
+            )
+    except IntegrityError:
+        return 0  # one open warning per backend
+    return 1
+
+
+def decide_warning(
+    user: User, warning: DemotionWarning, demote: bool, comment: str
+) -> DemotionWarning:
+    """An admin demotes the backend one level, or dismisses the warning, with a comment."""
+    require_admin(user)
+    if not comment.strip():
+        raise ValidationError({"comment": "say why"})
+    now = clock.now()
+    with transaction.atomic():
+        warning = DemotionWarning.objects.select_for_update().get(pk=warning.pk)
+        if warning.status != DemotionWarning.Status.OPEN:
+            raise ValidationError({"status": f"this warning is already {warning.status}"})
+        if demote:
+            downstream = Downstream.objects.select_for_update().get(pk=warning.downstream_id)
+            to_level = max(Level.L1, downstream.level - 1)
+            LevelChange.objects.create(
+                downstream=downstream,
+                from_level=downstream.level,
+                to_level=to_level,
+                at=now,
+                recorded_at=now,
+                source=LevelChange.Source.ADMIN,
+                by=user,
+                reason=comment,
+                evidence={"warning": warning.id, "failing": warning.failing},
+            )
+            downstream.level = to_level
+            downstream.pending_upstream = True
+            downstream.save(update_fields=["level", "pending_upstream"])
+        warning.status = (
+            DemotionWarning.Status.DEMOTED if demote else DemotionWarning.Status.DISMISSED
+        )
+        warning.decided_by, warning.decided_at, warning.comment = user, now, comment
+        warning.save(update_fields=["status", "decided_by", "decided_at", "comment"])
+    return warning
+
+
+def admin_overview(now: dt.datetime | None = None) -> dict[str, Any]:
+    """Everything /crcr/admin shows, in a handful of queries."""
+    now = now or clock.now()
+    return {
+        "pending": PromotionRequest.objects.filter(status=PromotionRequest.Status.PENDING)
+        .select_related("downstream", "requested_by")
+        .order_by("requested_at"),
+        "decided": PromotionRequest.objects.exclude(status=PromotionRequest.Status.PENDING)
+        .select_related("downstream", "decided_by")
+        .order_by("-decided_at")[:20],
+        "warnings": DemotionWarning.objects.filter(status=DemotionWarning.Status.OPEN)
+        .select_related("downstream")
+        .order_by("deadline"),
+        "overrides": LevelOverride.objects.filter(revoked_at__isnull=True, expires_at__gt=now)
+        .select_related("downstream", "by")
+        .order_by("expires_at"),
+        "exclusions": GateExclusion.objects.select_related("downstream", "by").order_by(
+            "-created_at"
+        )[:50],
+        "history": LevelChange.objects.select_related("downstream", "by").order_by(
+            "-recorded_at", "-id"
+        )[:30],
+        "latest_evaluations": GateEvaluation.objects.filter(
+            Q(day__gte=(now - dt.timedelta(days=2)).date())
+        )
+        .select_related("downstream")
+        .order_by("downstream__full_name", "-day"),
+        "backends": Downstream.objects.filter(delisted=False).order_by("-level", "full_name"),
+    }
