@@ -1,0 +1,432 @@
+"""hud.stats: hand-computed cases for every definition, and property-based invariants."""
+
+import datetime as dt
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hud import stats
+
+T0 = dt.datetime(2026, 10, 1, tzinfo=dt.UTC)
+START = T0
+END = T0 + dt.timedelta(days=14)
+_ids = itertools.count(1)
+
+
+def job(**fields):
+    """One attempt row with sensible defaults; `minutes` places it after T0."""
+    minutes = fields.pop("minutes", 0)
+    row = {
+        "id": next(_ids),
+        "downstream": "org/backend",
+        "event_type": "pull_request",
+        "pr_number": 1,
+        "head_sha": "a" * 40,
+        "workflow_name": "ci",
+        "job_name": "build",
+        "run_id": 100,
+        "run_attempt": 1,
+        "status": "completed",
+        "conclusion": "success",
+        "placed_at": T0 + dt.timedelta(minutes=minutes),
+        "queue_seconds": 60.0,
+        "execution_seconds": 600.0,
+    }
+    row.update(fields)
+    return row
+
+
+def frame(*rows):
+    return stats.jobs_frame(rows)
+
+
+# --------------------------------------------------------------------------- frames
+
+
+def test_empty_jobs_frame_has_the_contract_columns_and_dtypes():
+    empty = stats.empty_jobs_frame()
+    assert list(empty.columns) == list(stats.JOB_COLUMNS)
+    assert {c: str(t) for c, t in empty.dtypes.items()} == stats.JOB_COLUMNS
+    assert stats.pass_rate(empty, START, END).n == 0
+    summary = stats.backend_summary(empty, START, END, END)
+    assert summary["job_pass_rate"].value is None
+    assert summary["days_of_data"] == 0
+    assert len(stats.daily_series(empty, START.date(), START.date() + dt.timedelta(days=3))) == 3
+
+
+def test_jobs_frame_rejects_missing_required_columns():
+    with pytest.raises(ValueError, match="placed_at"):
+        stats.jobs_frame([{"id": 1, "downstream": "o/r"}])
+
+
+# --------------------------------------------------------------------------- Wilson
+
+
+@pytest.mark.parametrize(
+    ("successes", "n", "low", "high"),
+    [
+        (9, 10, 0.5958, 0.9821),
+        (50, 100, 0.4038, 0.5962),
+        (10, 10, 0.7225, 1.0),
+        (0, 10, 0.0, 0.2775),
+    ],
+)
+def test_wilson_interval_matches_known_values(successes, n, low, high):
+    got_low, got_high = stats.wilson_interval(successes, n)
+    assert round(got_low, 4) == low
+    assert round(got_high, 4) == high
+
+
+def test_wilson_for_no_data_is_the_whole_unit_interval_and_insufficient():
+    assert stats.wilson_interval(0, 0) == (0.0, 1.0)
+    estimate = stats.proportion(0, 0)
+    assert estimate.value is None
+    assert not estimate.sufficient
+    assert (estimate.low, estimate.high) == (0.0, 1.0)
+
+
+def test_proportion_below_min_n_keeps_the_value_but_is_insufficient():
+    estimate = stats.proportion(9, 10, min_n=11)
+    assert estimate.value == 0.9
+    assert not estimate.sufficient
+    assert stats.proportion(9, 10, min_n=10).sufficient
+
+
+def test_wilson_sample_sizes_quoted_in_the_docs_and_policy():
+    # All-pass lower bound above 90% first at n = 35; at or above 95% first at n = 73.
+    assert stats.wilson_interval(34, 34)[0] < 0.90 < stats.wilson_interval(35, 35)[0]
+    assert stats.wilson_interval(72, 72)[0] < 0.95 <= stats.wilson_interval(73, 73)[0]
+    # Zero events: upper bound below 1% first at n = 381; at or below 5% first at n = 73.
+    assert stats.wilson_interval(0, 380)[1] > 0.01 > stats.wilson_interval(0, 381)[1]
+    assert stats.wilson_interval(0, 72)[1] > 0.05 >= stats.wilson_interval(0, 73)[1]
+
+
+# --------------------------------------------------------------------------- pass rate
+
+
+def test_superseded_cancel_is_excluded_and_other_cancels_count_against():
+    df = frame(
+        # PR 1: cancelled on sha a because sha b was pushed later → excluded.
+        job(head_sha="a", conclusion="cancelled", minutes=0),
+        job(head_sha="b", conclusion="success", run_id=101, minutes=10),
+        # PR 2: cancelled with no newer sha → counts against.
+        job(pr_number=2, head_sha="c", conclusion="cancelled", run_id=102, minutes=20),
+        # PR 3: the newer sha came *before* the cancel → not superseded, counts against.
+        job(pr_number=3, head_sha="e", conclusion="success", run_id=103, minutes=25),
+        job(pr_number=3, head_sha="d", conclusion="cancelled", run_id=104, minutes=30),
+    )
+    counts = stats.outcome_counts(df, START, END)
+    assert counts.superseded == 1
+    assert counts.cancelled == 2
+    assert counts.successes == 2
+    estimate = stats.pass_rate(df, START, END)
+    assert estimate.n == 4
+    assert estimate.value == 0.5
+
+
+def test_skipped_and_neutral_are_excluded_and_timeouts_count_against():
+    df = frame(
+        job(job_name="a", conclusion="success"),
+        job(job_name="b", conclusion="skipped"),
+        job(job_name="c", conclusion="neutral"),
+        job(job_name="d", conclusion="timed_out"),
+        job(job_name="e", conclusion="failure"),
+        job(job_name="f", status="in_progress", conclusion=""),
+    )
+    estimate = stats.pass_rate(df, START, END)
+    assert (estimate.value, estimate.n) == (1 / 3, 3)
+    timeout = stats.timeout_rate(df, START, END)
+    assert (timeout.value, timeout.n) == (1 / 3, 3)
+
+
+def test_rerun_latest_attempt_decides_and_first_attempt_rate_sees_the_failure():
+    df = frame(
+        job(run_attempt=1, conclusion="failure", minutes=0),
+        job(run_attempt=2, conclusion="success", minutes=30),
+        job(job_name="test", conclusion="success", minutes=5),
+    )
+    assert stats.pass_rate(df, START, END).value == 1.0
+    assert stats.pass_rate(df, START, END).n == 2
+    assert stats.first_attempt_pass_rate(df, START, END).value == 0.5
+    assert stats.rerun_rate(df, START, END).value == 0.5
+    latest = stats.latest_attempts(df)
+    assert sorted(latest["attempts"]) == [1, 2]
+
+
+def test_attempt_order_is_run_id_then_run_attempt_then_receipt():
+    # Receipt order (id) says attempt 2 arrived first; run_attempt decides.
+    second = job(run_attempt=2, conclusion="success", id=5)
+    first = job(run_attempt=1, conclusion="failure", id=6)
+    latest = stats.latest_attempts(frame(second, first))
+    assert latest["conclusion"].tolist() == ["success"]
+    # A new run (higher run_id) beats a higher attempt of an older run.
+    newer_run = job(run_id=200, run_attempt=1, conclusion="failure", id=7)
+    latest = stats.latest_attempts(frame(second, first, newer_run))
+    assert latest["conclusion"].tolist() == ["failure"]
+
+
+def test_window_takes_logical_jobs_by_their_latest_attempt_and_days_add_up():
+    df = frame(
+        job(head_sha="x", run_attempt=1, conclusion="failure", minutes=60 * 23),
+        job(head_sha="x", run_attempt=2, conclusion="success", minutes=60 * 25),
+        job(head_sha="y", conclusion="failure", minutes=60 * 30),
+        job(head_sha="z", conclusion="success", minutes=60 * 5),
+    )
+    day1 = stats.pass_rate(df, T0, T0 + dt.timedelta(days=1))
+    day2 = stats.pass_rate(df, T0 + dt.timedelta(days=1), T0 + dt.timedelta(days=2))
+    both = stats.pass_rate(df, T0, T0 + dt.timedelta(days=2))
+    assert (day1.n, day2.n, both.n) == (1, 2, 3)
+    series = stats.daily_series(df, T0.date(), T0.date() + dt.timedelta(days=2))
+    assert series["n"].tolist() == [1, 2]
+    assert series["successes"].sum() == 2
+    assert series["failures"].tolist() == [0, 1]
+    assert series["runs"].tolist() == [2, 2]
+    assert series.loc[1, "pass_rate"] == 0.5
+    assert series.loc[1, "low"] == pytest.approx(stats.wilson_interval(1, 2)[0])
+
+
+# --------------------------------------------------------------------------- flakiness
+
+
+def test_flaky_detection_needs_a_failure_and_a_success_on_one_sha():
+    df = frame(
+        job(job_name="flaky", run_attempt=1, conclusion="failure"),
+        job(job_name="flaky", run_attempt=2, conclusion="success"),
+        job(job_name="steady-red", run_attempt=1, conclusion="failure"),
+        job(job_name="steady-red", run_attempt=2, conclusion="failure"),
+        job(job_name="green", conclusion="success"),
+        job(job_name="timeout-then-pass", run_attempt=1, conclusion="timed_out"),
+        job(job_name="timeout-then-pass", run_attempt=2, conclusion="success"),
+        job(job_name="only-cancelled", conclusion="cancelled"),
+        # Same job name on another sha passes: different logical job, not a flake.
+        job(job_name="steady-red", head_sha="b", conclusion="success", run_id=300),
+    )
+    jobs = stats.flaky_jobs(df, START, END)
+    assert jobs.loc[jobs["flaky"], "job_name"].tolist() == ["flaky"]
+    estimate = stats.flake_rate(df, START, END)
+    # Denominator: logical jobs with at least one failure or success (5 of the 6).
+    assert (estimate.value, estimate.n) == (1 / 5, 5)
+
+
+def test_flip_counts_ignore_runs_of_three_or_more_failures():
+    p, f = True, False
+    # P F P P [F F F] P F F P: flips at the single F and at the double F; the triple is a
+    # breakage. After dropping it: P F P P P F F P → transitions out of a pass (P not last): 4.
+    assert stats._flip_counts([p, f, p, p, f, f, f, p, f, f, p]) == (2, 4)
+    assert stats._flip_counts([f, f, f, f]) == (0, 0)
+    assert stats._flip_counts([p, p, p]) == (0, 2)
+    assert stats._flip_counts([]) == (0, 0)
+
+
+def test_flip_rate_uses_trunk_pushes_and_nightly_only():
+    outcomes = ["success", "failure", "success", "failure", "failure", "failure", "success"]
+    rows = [
+        job(
+            event_type="push",
+            ref="refs/heads/main",
+            pr_number=0,
+            head_sha=f"t{i}",
+            conclusion=c,
+            minutes=i * 60,
+        )
+        for i, c in enumerate(outcomes)
+    ]
+    rows.append(job(event_type="nightly", pr_number=0, head_sha="n1", minutes=8 * 60))
+    rows.append(job(event_type="nightly", pr_number=0, head_sha="n2", conclusion="failure",
+                    minutes=9 * 60))  # fmt: skip
+    # Not trunk: a release-branch push and a PR, both failing; ignored.
+    rows.append(job(event_type="push", ref="refs/heads/release/2.9", pr_number=0,
+                    head_sha="r1", conclusion="failure", minutes=10 * 60))  # fmt: skip
+    rows.append(job(head_sha="pr", conclusion="failure", minutes=11 * 60))
+    series = stats.flip_series(frame(*rows), START, END)
+    assert len(series) == 1
+    # S F S [F F F dropped] S S(n1) F(n2): kept S F S S S F → flips 2; eligible 4.
+    assert series.loc[0, ["points", "flips", "eligible"]].tolist() == [9, 2, 4]
+    estimate = stats.flip_rate(frame(*rows), START, END)
+    assert (estimate.value, estimate.n) == (0.5, 4)
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def test_timing_percentiles_means_and_overrun_by_hand():
+    hours = [0.5, 1, 1.5, 2, 2.5, 3.5]  # execution hours, queue 0 except one
+    rows = [job(job_name=f"j{i}", queue_seconds=0.0, execution_seconds=h * 3600)
+            for i, h in enumerate(hours)]  # fmt: skip
+    rows.append(job(job_name="rerun", queue_seconds=np.nan, execution_seconds=3600.0))
+    rows.append(job(job_name="swept", conclusion="timed_out", closed_by_sweeper=True,
+                    queue_seconds=np.nan, execution_seconds=np.nan))  # fmt: skip
+    rows.append(job(job_name="skipped", conclusion="skipped", execution_seconds=0.0))
+    rows.append(job(job_name="unknown", queue_seconds=np.nan, execution_seconds=np.nan))
+    df = frame(*rows)
+    timing = stats.timing_estimates(df, START, END, min_n=5)
+    e2e = timing["end_to_end_seconds_p50"]
+    # e2e seconds (re-run counts execution only): 0.5 1 1 1.5 2 2.5 3.5 h → median 1.5 h.
+    assert e2e.value == 1.5 * 3600
+    assert e2e.n == 7
+    assert e2e.low <= e2e.value <= e2e.high
+    assert timing["execution_seconds_mean"].value == pytest.approx(np.mean([*hours, 1]) * 3600)
+    # Overrun: 3.5 h and the swept job of 8 known → 2/8.
+    overrun = stats.overrun_rate(df, START, END)
+    assert (overrun.value, overrun.n) == (2 / 8, 8)
+
+
+def test_order_statistic_ranks_by_hand():
+    # n = 30, median: 15 ± 1.96·√7.5 = 15 ± 5.37 → ranks ⌊9.63⌋ = 9 and ⌈20.37⌉ + 1 = 22.
+    assert stats.order_statistic_ranks(30, 0.5) == (9, 22)
+    # n = 3, P95: 2.85 ± 1.96·√0.1425 = 2.85 ± 0.74 → ranks 2 and min(3, 4) = 3.
+    assert stats.order_statistic_ranks(3, 0.95) == (2, 3)
+
+
+def test_bootstrap_mean_is_deterministic():
+    values = [float(v) for v in range(1, 41)]
+    first = stats.mean_estimate(values)
+    assert first == stats.mean_estimate(list(reversed(values)))
+    assert first.value == 20.5
+    assert first.low < 20.5 < first.high
+    large = stats.mean_estimate(np.arange(10_000, dtype=float))
+    assert large.note == "normal interval"
+    assert large.low < large.value < large.high
+
+
+def test_stuck_jobs_and_liveness():
+    now = T0 + dt.timedelta(hours=10)
+    df = frame(
+        job(
+            status="in_progress", conclusion="", in_progress_received_at=T0 + dt.timedelta(hours=1)
+        ),
+        job(
+            status="in_progress",
+            conclusion="",
+            job_name="fresh",
+            in_progress_received_at=now - dt.timedelta(minutes=30),
+        ),
+        job(job_name="done", minutes=60),
+    )
+    stuck = stats.stuck_jobs(df, now, dt.timedelta(hours=3))
+    assert stuck["job_name"].tolist() == ["build"]
+    live = stats.liveness(45, 50, T0, now)
+    assert live.answered.value == 0.9
+    assert live.seconds_since_last_result == 10 * 3600
+    summary = stats.backend_summary(df, START, END, now, dispatched=50, answered=45)
+    assert summary["stuck_jobs"] == 1
+    assert summary["seconds_since_last_result"] == 9 * 3600
+    assert summary["liveness"].answered.n == 50
+
+
+def test_days_of_data_counts_distinct_utc_days_with_a_completed_job():
+    df = frame(
+        job(minutes=10),
+        job(minutes=20, job_name="b"),
+        job(minutes=60 * 24 * 3, job_name="c"),
+        job(minutes=60 * 24 * 5, job_name="d", status="in_progress", conclusion=""),
+    )
+    assert stats.days_of_data(df, START, END) == 2
+
+
+def test_backend_summary_agrees_with_the_single_metric_functions():
+    rows = [job(head_sha=f"s{i}", conclusion="failure" if i % 7 == 0 else "success",
+                minutes=i * 90, execution_seconds=600.0 + i) for i in range(60)]  # fmt: skip
+    df = frame(*rows)
+    summary = stats.backend_summary(df, START, END, END)
+    assert summary["job_pass_rate"] == stats.pass_rate(df, START, END)
+    for name in stats.METRIC_NAMES:
+        expected = stats.compute_metric(name, df, START, END)
+        got = summary[name]
+        if name == "days_of_data":
+            assert got == expected.value
+        else:
+            assert got == expected, name
+    with pytest.raises(KeyError):
+        stats.compute_metric("nope", df, START, END)
+
+
+# --------------------------------------------------------------------------- properties
+
+conclusions = st.sampled_from(
+    ["success", "failure", "cancelled", "timed_out", "skipped", "neutral", ""]
+)
+
+
+@st.composite
+def job_frames(draw):
+    n = draw(st.integers(min_value=0, max_value=30))
+    rows = []
+    for i in range(n):
+        conclusion = draw(conclusions)
+        rows.append(
+            {
+                "id": i + 1,
+                "downstream": draw(st.sampled_from(["o/a", "o/b"])),
+                "event_type": draw(st.sampled_from(["pull_request", "push", "nightly"])),
+                "pr_number": draw(st.integers(0, 2)),
+                "head_sha": draw(st.sampled_from(["s1", "s2", "s3"])),
+                "workflow_name": "ci",
+                "job_name": draw(st.sampled_from(["build", "test"])),
+                "run_id": draw(st.integers(1, 3)),
+                "run_attempt": draw(st.integers(1, 3)),
+                "status": "in_progress" if conclusion == "" else "completed",
+                "conclusion": conclusion,
+                "placed_at": T0 + dt.timedelta(hours=draw(st.integers(0, 24 * 13))),
+                "queue_seconds": draw(st.one_of(st.just(math.nan), st.floats(0, 7200))),
+                "execution_seconds": draw(st.one_of(st.just(math.nan), st.floats(0, 20000))),
+                "closed_by_sweeper": conclusion == "timed_out" and draw(st.booleans()),
+                "ref": "refs/heads/main",
+            }
+        )
+    return stats.jobs_frame(rows)
+
+
+def _comparable(summary):
+    return {k: v for k, v in summary.items() if k != "liveness"}
+
+
+@given(k=st.integers(0, 1000), n=st.integers(1, 1000))
+def test_wilson_bounds_contain_the_estimate_and_stay_in_unit_interval(k, n):
+    k = min(k, n)
+    estimate = stats.proportion(k, n)
+    assert 0.0 <= estimate.low <= estimate.value <= estimate.high <= 1.0
+
+
+@given(k=st.integers(0, 200), n=st.integers(1, 200), factor=st.integers(2, 10))
+def test_wilson_interval_widens_as_n_shrinks(k, n, factor):
+    k = min(k, n)
+    small = stats.wilson_interval(k, n)
+    large = stats.wilson_interval(k * factor, n * factor)
+    assert small[1] - small[0] > large[1] - large[0]
+
+
+@given(df=job_frames())
+def test_every_rate_is_in_the_unit_interval_and_bounds_contain_values(df):
+    summary = stats.backend_summary(df, START, END, END)
+    for name in stats.METRIC_NAMES:
+        estimate = summary[name]
+        if not isinstance(estimate, stats.Estimate) or estimate.value is None:
+            continue
+        assert estimate.low <= estimate.value <= estimate.high, name
+        if estimate.unit == "ratio":
+            assert estimate.low >= 0.0 and estimate.high <= 1.0, name
+
+
+@given(df=job_frames(), seed=st.integers(0, 2**32 - 1), repeat=st.integers(0, 10))
+def test_duplicates_and_row_order_do_not_change_results(df, seed, repeat):
+    # Re-delivered rows (same id) plus a shuffle: every figure and the daily series agree.
+    messy = pd.concat([df, df.head(repeat)]).sample(frac=1.0, random_state=seed)
+    expected = _comparable(stats.backend_summary(df, START, END, END))
+    assert _comparable(stats.backend_summary(messy, START, END, END)) == expected
+    pd.testing.assert_frame_equal(
+        stats.daily_series(messy, START, END), stats.daily_series(df, START, END)
+    )
+
+
+@given(df=job_frames())
+def test_daily_counts_add_up_to_the_window(df):
+    series = stats.daily_series(df, START, END)
+    counts = stats.outcome_counts(df, START, END)
+    assert series["n"].sum() == counts.counted
+    assert series["successes"].sum() == counts.successes
