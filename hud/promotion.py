@@ -19,7 +19,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
-from hud import clock, gates, levels, selectors, stats
+from hud import attribution, clock, gates, levels, selectors, stats
 from hud.models import (
     BackendMaintainer,
     DemotionWarning,
@@ -158,6 +158,7 @@ class BackendGate:
     evaluation: gates.Evaluation
     effective_level: int
     exclusions: list[dict]
+    adjusted: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON for the API and for evidence snapshots."""
@@ -165,7 +166,19 @@ class BackendGate:
             **self.evaluation.to_dict(),
             "effective_level": f"L{self.effective_level}",
             "exclusions": self.exclusions,
+            "adjusted_pass_rate": _adjusted_dict(self.adjusted),
         }
+
+
+def _adjusted_dict(adjusted: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The gate-adjusted pass rate as JSON (estimates as dicts)."""
+    if adjusted is None:
+        return None
+    estimates = {
+        key: {kind: estimate.to_dict() for kind, estimate in pair.items()}
+        for key, pair in adjusted["estimates"].items()
+    }
+    return {**adjusted, "estimates": estimates}
 
 
 def evaluate_backend(
@@ -199,8 +212,21 @@ def evaluate_backend(
         level_since=level_since(downstream, as_of),
         extra=extra,
     )
+    # Gate-adjusted pass rate (issue 7): shown always; decided on when the policy says so.
+    pass_rate_windows = {
+        c.window_days
+        for c in (
+            *policy.promotion_criteria(target_label or ""),
+            *policy.demotion_criteria(current_label),
+        )
+        if c.metric == "job_pass_rate"
+    }
+    adjusted = attribution.gate_adjusted_pass_rates(frame, pass_rate_windows, as_of)
+    adjusted["basis"] = policy.pass_rate_basis
+    if policy.pass_rate_basis == "adjusted":
+        metrics.update({key: pair["adjusted"] for key, pair in adjusted["estimates"].items()})
     evaluation = gates.evaluate(metrics, policy, target_label, current_label, as_of=as_of)
-    return BackendGate(evaluation, effective_level(downstream, as_of), exclusions)
+    return BackendGate(evaluation, effective_level(downstream, as_of), exclusions, adjusted)
 
 
 # --- Requests and approvals -----------------------------------------------------------
@@ -252,6 +278,15 @@ def approve(user: User, request: PromotionRequest, comment: str = "") -> Promoti
         if request.status != PromotionRequest.Status.PENDING:
             raise ValidationError({"status": f"this request is already {request.status}"})
         downstream = Downstream.objects.select_for_update().get(pk=request.downstream_id)
+        if downstream.level != request.from_level:
+            raise ValidationError(
+                {
+                    "status": (
+                        f"the backend moved to L{downstream.level} since this request; "
+                        "reject it and ask for a new one"
+                    )
+                }
+            )
         LevelChange.objects.create(
             downstream=downstream,
             from_level=downstream.level,
@@ -415,7 +450,7 @@ def daily_evaluation(day: dt.date | None = None) -> dict[str, int]:
                 GateEvaluation.objects.create(
                     downstream=downstream,
                     day=day,
-                    current_level=downstream.level,
+                    current_level=int(gate.evaluation.current_level[1:]),
                     promotion=gate.evaluation.decision or "",
                     retention=gate.evaluation.demotion_decision,
                     stable_promotion=gates.stable_decision(promotions, policy.k_consecutive),
@@ -447,7 +482,24 @@ def _raise_warning(
         if decision != gates.DEMOTE:
             break
         streak += 1
+    if streak < policy.k_consecutive:
+        return 0  # today passed, or the smoothed decision outlived the failing days
     first_failing = day - dt.timedelta(days=streak - 1)
+    decided = (
+        DemotionWarning.objects.filter(downstream=downstream, level=downstream.level)
+        .exclude(status=DemotionWarning.Status.OPEN)
+        .order_by("-first_failing_on")
+        .first()
+    )
+    if (
+        decided is not None
+        and not GateEvaluation.objects.filter(
+            downstream=downstream, day__gte=decided.first_failing_on, day__lte=day
+        )
+        .exclude(retention=gates.DEMOTE)
+        .exists()
+    ):
+        return 0  # an admin already decided this failing streak; a new one needs a new streak
     try:
         with transaction.atomic():
             DemotionWarning.objects.create(

@@ -1,0 +1,210 @@
+"""Daily gate evaluations, demotion warnings with a working-day deadline, admin decisions."""
+
+import datetime as dt
+
+import pytest
+from django.core.exceptions import PermissionDenied
+from django.test import Client
+
+from hud import gates, promotion
+from hud.models import DemotionWarning, GateEvaluation, Level, LevelChange
+from tests.promotion import UTC, admin, backend, maintainer, messages_of, report_at
+
+pytestmark = pytest.mark.django_db
+
+THU, FRI, SAT, SUN = (dt.date(2026, 11, 5) + dt.timedelta(days=i) for i in range(4))
+SINCE = dt.datetime(2026, 8, 1, tzinfo=UTC)
+
+
+def _run(frozen_clock, day: dt.date) -> dict[str, int]:
+    """The periodic task's view of `day`: run shortly after it ended."""
+    frozen_clock.set(dt.datetime.combine(day + dt.timedelta(days=1), dt.time(0, 30), tzinfo=UTC))
+    return promotion.daily_evaluation(day)
+
+
+@pytest.fixture
+def silent(frozen_clock):
+    """org/silent: at L2 since August and never reported (fails 'no results for 4 weeks')."""
+    return backend("org/silent", Level.L2, since=SINCE)
+
+
+@pytest.fixture
+def healthy(frozen_clock):
+    """org/healthy: at L2 since August, reporting daily."""
+    item = backend("org/healthy", Level.L2, since=SINCE)
+    report_at(frozen_clock, item, dt.datetime(2026, 10, 20, tzinfo=UTC), 20, dt.timedelta(days=1))
+    return item
+
+
+def _client_for(member) -> Client:
+    client = Client()
+    client.force_login(member)
+    return client
+
+
+def test_daily_evaluation_stores_one_evaluation_per_l2_plus_backend_and_is_idempotent(
+    frozen_clock, silent, healthy
+):
+    l1 = backend("org/l1", Level.L1, since=SINCE)
+    l3 = backend("org/l3", Level.L3, since=SINCE)
+    gone = backend("org/gone", Level.L2, since=SINCE)
+    gone.delisted = True
+    gone.save()
+
+    assert _run(frozen_clock, THU) == {"evaluated": 3, "warnings": 0}
+    evaluations = GateEvaluation.objects.filter(day=THU)
+    assert sorted(e.downstream.full_name for e in evaluations) == [
+        "org/healthy",
+        "org/l3",
+        "org/silent",
+    ]
+    assert not GateEvaluation.objects.filter(downstream__in=[l1, gone]).exists()
+    assert {e.downstream_id: e.current_level for e in evaluations}[l3.pk] == 3
+
+    stored = list(GateEvaluation.objects.values_list("id", "created_at"))
+    frozen_clock.advance(hours=3)
+    assert promotion.daily_evaluation(THU) == {"evaluated": 0, "warnings": 0}
+    assert list(GateEvaluation.objects.values_list("id", "created_at")) == stored
+
+
+def test_evaluation_detail_is_the_gate_as_of_the_end_of_the_day(frozen_clock, silent, healthy):
+    _run(frozen_clock, THU)
+    detail = GateEvaluation.objects.get(downstream=healthy, day=THU).detail
+    assert detail["as_of"] == "2026-11-06T00:00:00+00:00"
+    assert detail["target_level"] == "L3"
+    evaluation = GateEvaluation.objects.get(downstream=silent, day=THU)
+    assert evaluation.retention == gates.DEMOTE
+    assert evaluation.stable_retention == gates.KEEP  # one day is not k days
+    assert "no_results_for_4_weeks" in evaluation.detail["demoting"]
+
+
+def test_default_day_is_the_day_that_just_ended(frozen_clock, silent):
+    frozen_clock.set(dt.datetime(2026, 11, 6, 0, 30, tzinfo=UTC))
+    promotion.daily_evaluation()
+    assert list(GateEvaluation.objects.values_list("day", flat=True)) == [THU]
+
+
+def test_k_consecutive_failing_days_raise_exactly_one_warning_deadline_skips_weekend(
+    frozen_clock, silent, healthy
+):
+    assert promotion._policy().k_consecutive == 3
+    assert _run(frozen_clock, THU)["warnings"] == 0
+    assert _run(frozen_clock, FRI)["warnings"] == 0
+    assert not DemotionWarning.objects.exists()
+
+    assert _run(frozen_clock, SAT) == {"evaluated": 2, "warnings": 1}
+    warning = DemotionWarning.objects.get()
+    assert warning.downstream == silent and warning.status == "open"
+    assert warning.level == 2
+    assert warning.first_failing_on == THU
+    # Thursday + 2 working days: Friday, then (skipping Saturday and Sunday) Monday.
+    assert warning.deadline == dt.date(2026, 11, 9)
+    assert warning.failing == ["no_results_for_4_weeks"]
+    assert GateEvaluation.objects.get(downstream=silent, day=SAT).stable_retention == gates.DEMOTE
+    assert GateEvaluation.objects.get(downstream=healthy, day=SAT).stable_retention == gates.KEEP
+
+    assert _run(frozen_clock, SUN)["warnings"] == 0
+    assert DemotionWarning.objects.filter(status="open").count() == 1
+
+
+def test_a_passing_day_breaks_the_streak(frozen_clock, silent):
+    _run(frozen_clock, THU)
+    _run(frozen_clock, FRI)
+    frozen_clock.set(dt.datetime(2026, 11, 7, 9, tzinfo=UTC))
+    report_at(frozen_clock, silent, frozen_clock(), 1, dt.timedelta(hours=1))
+    assert _run(frozen_clock, SAT)["warnings"] == 0
+    assert _run(frozen_clock, SUN)["warnings"] == 0
+    assert not DemotionWarning.objects.exists()
+
+
+def _warn(frozen_clock) -> DemotionWarning:
+    for day in (THU, FRI, SAT):
+        _run(frozen_clock, day)
+    return DemotionWarning.objects.get()
+
+
+def test_admin_demote_moves_the_backend_down_one_level(frozen_clock, silent):
+    warning = _warn(frozen_clock)
+    ada = admin()
+    frozen_clock.set(dt.datetime(2026, 11, 9, 10, tzinfo=UTC))
+
+    response = _client_for(ada).post(
+        f"/crcr/admin/warnings/{warning.pk}/demote", {"comment": "silent for months"}
+    )
+    assert response.status_code == 302
+    assert messages_of(response) == ["Demoted."]
+
+    silent.refresh_from_db()
+    warning.refresh_from_db()
+    assert silent.level == 1 and promotion.effective_level(silent) == 1
+    assert silent.pending_upstream is True
+    assert warning.status == "demoted" and warning.decided_by == ada
+    assert warning.comment == "silent for months"
+    change = LevelChange.objects.filter(downstream=silent).latest("id")
+    assert change.source == LevelChange.Source.ADMIN
+    assert (change.from_level, change.to_level) == (2, 1)
+    assert change.by == ada and change.at == frozen_clock()
+    assert change.evidence["warning"] == warning.pk
+
+
+def test_admin_dismiss_keeps_the_level(frozen_clock, silent):
+    warning = _warn(frozen_clock)
+    history = LevelChange.objects.count()
+    response = _client_for(admin()).post(
+        f"/crcr/admin/warnings/{warning.pk}/dismiss", {"comment": "vacation, known"}
+    )
+    assert messages_of(response) == ["Dismissed."]
+    silent.refresh_from_db()
+    warning.refresh_from_db()
+    assert silent.level == 2 and silent.pending_upstream is False
+    assert warning.status == "dismissed"
+    assert LevelChange.objects.count() == history
+
+
+def test_warning_decision_needs_a_comment_an_admin_and_an_open_warning(frozen_clock, silent):
+    warning = _warn(frozen_clock)
+    url = f"/crcr/admin/warnings/{warning.pk}/demote"
+    assert _client_for(maintainer(silent)).post(url, {"comment": "x"}).status_code == 403
+    with pytest.raises(PermissionDenied):
+        promotion.decide_warning(maintainer(silent, "max"), warning, True, "x")
+
+    client = _client_for(admin())
+    response = client.post(url, {"comment": ""})
+    assert "comment: say why" in messages_of(response)
+    warning.refresh_from_db()
+    silent.refresh_from_db()
+    assert warning.status == "open" and silent.level == 2
+
+    client.post(f"/crcr/admin/warnings/{warning.pk}/dismiss", {"comment": "fine"})
+    response = client.post(url, {"comment": "changed my mind"})
+    assert "status: this warning is already dismissed" in messages_of(response)
+    silent.refresh_from_db()
+    assert silent.level == 2
+
+
+def test_a_dismissed_warning_is_not_raised_again_for_the_same_failing_streak(frozen_clock, silent):
+    warning = _warn(frozen_clock)
+    promotion.decide_warning(admin(), warning, False, "vacation, known")
+
+    assert _run(frozen_clock, SUN)["warnings"] == 0
+    assert _run(frozen_clock, dt.date(2026, 11, 9))["warnings"] == 0
+    assert list(DemotionWarning.objects.values_list("status", flat=True)) == ["dismissed"]
+
+
+def test_a_new_failing_streak_after_a_dismissal_raises_a_new_warning(frozen_clock, silent):
+    warning = _warn(frozen_clock)
+    promotion.decide_warning(admin(), warning, False, "vacation, known")
+    frozen_clock.set(dt.datetime(2026, 11, 8, 9, tzinfo=UTC))
+    report_at(frozen_clock, silent, frozen_clock(), 1, dt.timedelta(hours=1))
+    # Reported: today says keep (the published decision is still demote, smoothed), and a
+    # passing day raises nothing.
+    assert _run(frozen_clock, SUN)["warnings"] == 0
+    assert GateEvaluation.objects.get(day=SUN).stable_retention == gates.DEMOTE
+    # Silent again from Monday; back-date its only result so 'no results for 4 weeks' holds.
+    silent.jobs.update(placed_at=dt.datetime(2026, 10, 1, tzinfo=UTC))
+    for day in (9, 10):
+        assert _run(frozen_clock, dt.date(2026, 11, day))["warnings"] == 0
+    assert _run(frozen_clock, dt.date(2026, 11, 11))["warnings"] == 1
+    fresh = DemotionWarning.objects.get(status="open")
+    assert fresh.first_failing_on == dt.date(2026, 11, 9)
+    assert fresh.deadline == dt.date(2026, 11, 11)
