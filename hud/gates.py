@@ -37,6 +37,9 @@ DIRECTIONS: dict[str, Callable[[float, float], bool]] = {
 # The strict complement of each direction: what the true value is when the criterion fails.
 COMPLEMENT = {">": "<=", ">=": "<", "<": ">=", "<=": ">"}
 DECIDE_ON = ("bound", "point")
+# Which job pass rate the gate decides on: the raw one, or the one with upstream_likely and infra
+# failures excluded (hud.attribution, docs/attribution.md).
+PASS_RATE_BASES = ("raw", "adjusted")
 
 PASS = "pass"
 FAIL = "fail"
@@ -90,6 +93,7 @@ class Policy:
     k_consecutive: int = 3
     grace_working_days: int = 2
     source: str = ""
+    pass_rate_basis: str = "raw"
 
     def promotion_criteria(self, level: str) -> tuple[Criterion, ...]:
         """Criteria to reach `level`, with included levels' criteria (overridden by name)."""
@@ -225,7 +229,10 @@ def parse_policy(data: Any, source: str = "") -> Policy:
     grace = int(data.get("grace_working_days", 2))
     if k < 1 or grace < 0:
         raise PolicyError("policy: k_consecutive must be >= 1 and grace_working_days >= 0")
-    return Policy(levels, k, grace, source)
+    basis = data.get("pass_rate_basis", "raw")
+    if basis not in PASS_RATE_BASES:
+        raise PolicyError(f"policy: pass_rate_basis must be one of {list(PASS_RATE_BASES)}")
+    return Policy(levels, k, grace, source, basis)
 
 
 def load_policy(path: str | Path | None = None) -> Policy:

@@ -19,7 +19,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
-from hud import attribution, clock, gates, levels, selectors, stats
+from hud import attribution, clock, gates, levels, notifications, selectors, stats
 from hud.models import (
     BackendMaintainer,
     DemotionWarning,
@@ -311,6 +311,7 @@ def approve(user: User, request: PromotionRequest, comment: str = "") -> Promoti
         request.allowlist_text = levels.export_allowlist_text()
         request.pr_description = pr_description(request, downstream)
         request.save()
+        notifications.level_decided(request)
     logger.info(
         "level change approved",
         extra={"downstream": downstream.full_name, "to_level": request.to_level, "by": user.pk},
@@ -331,6 +332,7 @@ def reject(user: User, request: PromotionRequest, comment: str) -> PromotionRequ
         request.decided_by, request.decided_at = user, clock.now()
         request.decision_comment = comment
         request.save(update_fields=["status", "decided_by", "decided_at", "decision_comment"])
+        notifications.level_decided(request)
     return request
 
 
@@ -502,7 +504,7 @@ def _raise_warning(
         return 0  # an admin already decided this failing streak; a new one needs a new streak
     try:
         with transaction.atomic():
-            DemotionWarning.objects.create(
+            warning = DemotionWarning.objects.create(
                 downstream=downstream,
                 level=downstream.level,
                 first_failing_on=first_failing,
@@ -510,6 +512,7 @@ def _raise_warning(
                 failing=list(gate.evaluation.demoting),
                 created_at=clock.now(),
             )
+            notifications.warning_opened(warning)
     except IntegrityError:
         return 0  # one open warning per backend
     return 1
@@ -549,6 +552,7 @@ def decide_warning(
         )
         warning.decided_by, warning.decided_at, warning.comment = user, now, comment
         warning.save(update_fields=["status", "decided_by", "decided_at", "comment"])
+        notifications.warning_decided(warning)
     return warning
 
 
