@@ -1,0 +1,114 @@
+"""gunicorn settings for CRCR HUD: `gunicorn -c deploy/gunicorn.conf.py config.wsgi`.
+
+Every value can be overridden from the environment (GUNICORN_*; WEB_CONCURRENCY is honoured
+too). Access lines are JSON objects, one per line on stdout, carrying the request id.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gunicorn.glogging import Logger
+
+
+def _int(name: str, default: int) -> int:
+    """An integer from the environment, or the default."""
+    value = os.environ.get(name, "").strip()
+    return int(value) if value else default
+
+
+# --- Sockets and processes -----------------------------------------------------------------
+bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
+# Sync workers: requests are short database reads and writes; 2 × cores + 1 keeps the CPUs
+# busy while some workers wait on PostgreSQL.
+workers = _int("GUNICORN_WORKERS", _int("WEB_CONCURRENCY", 2 * multiprocessing.cpu_count() + 1))
+threads = _int("GUNICORN_THREADS", 1)
+worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "sync")
+# A request may run this long (a large CSV export, a 25 MB webhook) before the worker is killed.
+timeout = _int("GUNICORN_TIMEOUT", 60)
+graceful_timeout = _int("GUNICORN_GRACEFUL_TIMEOUT", 30)
+keepalive = _int("GUNICORN_KEEPALIVE", 5)
+# Recycle workers now and then so a slow leak never grows without bound.
+max_requests = _int("GUNICORN_MAX_REQUESTS", 2000)
+max_requests_jitter = _int("GUNICORN_MAX_REQUESTS_JITTER", 200)
+# Only the reverse proxy may set X-Forwarded-* (Django reads X-Forwarded-Proto via
+# SECURE_PROXY_SSL_HEADER when CRCR_BEHIND_TLS_PROXY=1).
+forwarded_allow_ips = os.environ.get("GUNICORN_FORWARDED_ALLOW_IPS", "127.0.0.1,::1")
+_SHM = "/dev/shm"  # noqa: S108 - gunicorn's own heartbeat files, created per worker
+if Path(_SHM).is_dir():
+    # The heartbeat file on tmpfs: a slow disk must not make the master kill healthy workers.
+    worker_tmp_dir = _SHM
+
+# --- Logs ---------------------------------------------------------------------------------
+accesslog = os.environ.get("GUNICORN_ACCESSLOG", "-")
+errorlog = os.environ.get("GUNICORN_ERRORLOG", "-")
+loglevel = os.environ.get("GUNICORN_LOGLEVEL", "info")
+
+
+class JsonAccessLogger(Logger):
+    """Writes each access line as one JSON object (no query string: it is never logged)."""
+
+    def access(self, resp: Any, req: Any, environ: dict, request_time: Any) -> None:
+        """One line per answer: time, method, path, status, bytes, duration, request id."""
+        if not self.cfg.accesslog:
+            return
+        status = resp.status.split(None, 1)[0] if isinstance(resp.status, str) else resp.status
+        headers = {name.lower(): value for name, value in (resp.headers or [])}
+        line = {
+            "time": self.now().strip("[]"),
+            "level": "INFO",
+            "logger": "gunicorn.access",
+            "message": "request",
+            "remote": environ.get("REMOTE_ADDR", "-"),
+            "forwarded_for": environ.get("HTTP_X_FORWARDED_FOR"),
+            "method": environ.get("REQUEST_METHOD"),
+            "path": environ.get("PATH_INFO"),
+            "status": int(status),
+            "bytes": getattr(resp, "sent", None),
+            "duration_ms": request_time.seconds * 1000 + request_time.microseconds // 1000,
+            "request_id": headers.get("x-request-id"),
+            "user_agent": environ.get("HTTP_USER_AGENT"),
+        }
+        try:
+            self.access_log.info(json.dumps(line, separators=(",", ":")))
+        except Exception:  # a log line must never fail a request
+            self.error("could not write an access line")
+
+
+logger_class = JsonAccessLogger
+
+# --- Prometheus counters across workers ----------------------------------------------------
+# Each worker writes its counters to files in this folder and GET /metrics adds them up (see
+# hud/metrics.py). Set before any worker imports prometheus_client; emptied at each start.
+_OWN_METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR" not in os.environ
+os.environ.setdefault(
+    "PROMETHEUS_MULTIPROC_DIR",
+    str(Path(tempfile.gettempdir()) / f"crcr-prometheus-{os.getpid()}"),
+)
+
+
+def on_starting(server: Any) -> None:
+    """Start with an empty counter folder (old files would add stale counts)."""
+    folder = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("*.db"):
+        stale.unlink()
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """Tell prometheus-client a worker is gone (its counters stay counted)."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
+
+
+def on_exit(server: Any) -> None:
+    """Remove the counter folder this configuration made up (not one the operator chose)."""
+    if _OWN_METRICS_DIR:
+        shutil.rmtree(os.environ["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)

@@ -1,0 +1,1 @@
+"""Operations: deployment settings, retention, metrics, logs, renames and rebuildable caches."""

@@ -1,0 +1,276 @@
+"""Production settings and the shipped deployment files (deploy/), exercised for real."""
+
+import http.client
+import json
+import multiprocessing
+import os
+import re
+import runpy
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.ops.conftest import ROOT, run_manage
+
+DEPLOY = ROOT / "deploy"
+GUNICORN = str(Path(sys.executable).parent / "gunicorn")
+PRODUCTION_ENV = {
+    "DEBUG": "0",
+    "ALLOWED_HOSTS": "hud.example.org",
+    "CRCR_BEHIND_TLS_PROXY": "1",
+    "CSRF_TRUSTED_ORIGINS": "https://hud.example.org",
+}
+
+
+def production_env(**extra: str) -> dict[str, str]:
+    """The documented production variables with a fresh 50+ character secret key."""
+    return {**PRODUCTION_ENV, "SECRET_KEY": secrets.token_urlsafe(64), **extra}
+
+
+# --- manage.py check --deploy --------------------------------------------------------------
+
+
+def test_check_deploy_is_clean_with_the_documented_production_settings():
+    result = run_manage("check", "--deploy", "--fail-level", "WARNING", env=production_env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_check_deploy_is_clean_against_postgresql_and_redis_too():
+    env = production_env(
+        DATABASE_URL="postgres://crcr:pw@127.0.0.1:5432/crcr",
+        CELERY_BROKER_URL="redis://127.0.0.1:6379/0",
+        CACHE_URL="redis://127.0.0.1:6379/1",
+    )
+    result = run_manage("check", "--deploy", "--fail-level", "WARNING", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_check_deploy_still_flags_a_weak_secret_key():
+    env = {**production_env(), "SECRET_KEY": "short"}
+    result = run_manage("check", "--deploy", "--fail-level", "WARNING", env=env)
+    assert result.returncode != 0
+    assert "security.W009" in result.stderr
+
+
+def test_production_without_a_secret_key_refuses_to_start():
+    env = {**PRODUCTION_ENV, "DATABASE_URL": "postgres://crcr:pw@127.0.0.1:5432/crcr"}
+    result = run_manage("check", env=env)
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert "SECRET_KEY" in result.stderr
+
+
+def test_the_embedded_default_needs_no_environment_at_all():
+    result = run_manage("check", env={})
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_secret_key_file_is_read_like_the_variable(tmp_path):
+    key_file = tmp_path / "secret_key"
+    key_file.write_text(secrets.token_urlsafe(64) + "\n")
+    env = {
+        **PRODUCTION_ENV,
+        "DATABASE_URL": "postgres://crcr:pw@127.0.0.1:5432/crcr",
+        "SECRET_KEY_FILE": str(key_file),
+    }
+    result = run_manage("check", "--deploy", "--fail-level", "WARNING", env=env)
+    assert result.returncode == 0, result.stderr
+
+
+# --- gunicorn --------------------------------------------------------------------------------
+
+
+def _gunicorn_settings(monkeypatch, **env: str) -> dict:
+    for name in ("GUNICORN_WORKERS", "WEB_CONCURRENCY", "GUNICORN_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "/nonexistent-not-created-by-reading")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return runpy.run_path(str(DEPLOY / "gunicorn.conf.py"))
+
+
+def test_gunicorn_workers_default_to_twice_the_cores_plus_one(monkeypatch):
+    config = _gunicorn_settings(monkeypatch)
+    assert config["workers"] == 2 * multiprocessing.cpu_count() + 1
+    assert config["timeout"] == 60
+    assert config["bind"] == "127.0.0.1:8000"
+
+
+def test_gunicorn_settings_are_overridden_from_the_environment(monkeypatch):
+    config = _gunicorn_settings(
+        monkeypatch, GUNICORN_WORKERS="3", GUNICORN_TIMEOUT="90", GUNICORN_BIND="0.0.0.0:9000"
+    )
+    assert (config["workers"], config["timeout"], config["bind"]) == (3, 90, "0.0.0.0:9000")
+    assert _gunicorn_settings(monkeypatch, WEB_CONCURRENCY="4")["workers"] == 4
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _get(url: str, headers: dict | None = None, data: bytes | None = None):
+    """One request without following redirects: (status, headers, body)."""
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    try:
+        connection.request("POST" if data is not None else "GET", parts.path, data, headers or {})
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        connection.close()
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        if all(f'{key}="{value}"' in line for key, value in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_gunicorn_serves_with_two_workers_json_access_lines_and_summed_counters(tmp_path):
+    """The real thing: gunicorn with deploy/gunicorn.conf.py, two workers, one SQLite file."""
+    env = production_env(
+        DATABASE_URL=f"sqlite:///{tmp_path / 'hud.sqlite3'}",
+        ALLOWED_HOSTS="hud.example.org,127.0.0.1",
+        GUNICORN_WORKERS="2",
+        GUNICORN_BIND=f"127.0.0.1:{_free_port()}",
+        PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "prometheus"),
+        METRICS_TOKEN="scrape-token",
+    )
+    migrated = run_manage("migrate", "--noinput", env=env)
+    assert migrated.returncode == 0, migrated.stderr
+    base = f"http://{env['GUNICORN_BIND']}"
+    process = subprocess.Popen(
+        [GUNICORN, "-c", "deploy/gunicorn.conf.py", "config.wsgi"],
+        cwd=ROOT,
+        env={"PATH": os.environ["PATH"], **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        https = {"X-Forwarded-Proto": "https"}
+        for _ in range(100):
+            try:
+                if _get(base + "/healthz", https)[0] == 200:
+                    break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            pytest.fail("gunicorn did not start")
+
+        # Behind the proxy: plain HTTP is redirected, health checks are not.
+        assert _get(base + "/crcr")[0] == 301
+        assert _get(base + "/readyz")[0] == 200
+        for _ in range(20):
+            status, headers, _ = _get(base + "/healthz", {**https, "X-Request-ID": "probe-1"})
+            assert status == 200
+            assert headers["X-Request-ID"] == "probe-1"
+        refused = _get(base + "/github/callback", https, data=b"{}")
+        assert refused[0] == 401
+
+        assert _get(base + "/metrics", https)[0] == 401
+        status, _, body = _get(base + "/metrics", {**https, "Authorization": "Bearer scrape-token"})
+        assert status == 200
+        text = body.decode()
+        # Twenty health checks went to either worker; the scrape adds both workers up.
+        assert _metric(text, "crcr_http_responses_total", route="healthz", code="200") >= 21
+        assert _metric(text, "crcr_ingest_total", endpoint="callback", outcome="invalid_token") == 1
+        assert _metric(text, "crcr_database_up") == 1
+        assert _metric(text, "crcr_task_queue_depth", backend="inprocess") == 0
+    finally:
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+    access = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    probes = [line for line in access if line.get("request_id") == "probe-1"]
+    assert len(probes) == 20
+    assert probes[0]["path"] == "/healthz" and probes[0]["status"] == 200
+    assert {line["logger"] for line in access} == {"gunicorn.access"}
+    assert "Booting worker" in err
+
+
+# --- The other files ---------------------------------------------------------------------
+
+
+def test_the_env_example_holds_no_real_secret():
+    lines = [
+        line
+        for line in (DEPLOY / "env.example").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
+    values = dict(line.split("=", 1) for line in lines)
+    for name in ("SECRET_KEY", "HUD_BOT_KEY", "METRICS_TOKEN", "POSTGRES_PASSWORD"):
+        assert values[name] == "CHANGE-ME"
+    assert "CHANGE-ME@" in values["DATABASE_URL"]
+    assert values["DEBUG"] == "0" and values["CRCR_BEHIND_TLS_PROXY"] == "1"
+
+
+def test_compose_runs_postgres_redis_web_worker_and_one_beat():
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    services = compose["services"]
+    assert {"postgres", "redis", "migrate", "web", "worker", "beat"} <= set(services)
+    assert services["web"]["command"][:3] == ["gunicorn", "-c", "deploy/gunicorn.conf.py"]
+    assert services["worker"]["command"][:4] == ["celery", "-A", "config", "worker"]
+    assert services["beat"]["command"][:4] == ["celery", "-A", "config", "beat"]
+    assert "deploy" not in services["beat"]  # never replicated
+    for name in ("web", "worker", "beat"):
+        assert services[name]["depends_on"]["migrate"] == {
+            "condition": "service_completed_successfully"
+        }
+        assert services[name]["environment"]["DATABASE_URL"].endswith("@postgres:5432/crcr")
+
+
+def test_systemd_units_start_gunicorn_the_worker_and_beat():
+    units = DEPLOY / "systemd"
+    web = (units / "crcr-web.service").read_text()
+    assert "gunicorn -c deploy/gunicorn.conf.py config.wsgi" in web
+    assert "EnvironmentFile=/etc/crcr-hud/env" in web
+    assert "celery -A config worker" in (units / "crcr-worker.service").read_text()
+    assert "celery -A config beat" in (units / "crcr-beat.service").read_text()
+    assert "manage.py prune" in (units / "crcr-prune.service").read_text()
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
+def test_systemd_units_pass_systemd_analyze_verify(tmp_path):
+    # The units name /srv/crcr-hud; point them at this checkout so the binaries exist.
+    for unit in (DEPLOY / "systemd").iterdir():
+        text = unit.read_text().replace("/srv/crcr-hud", str(ROOT))
+        text = re.sub(r"^(User|Group)=crcr$", r"\1=root", text, flags=re.M)
+        (tmp_path / unit.name).write_text(text)
+    result = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", *sorted(map(str, tmp_path.iterdir()))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    problems = [
+        line
+        for line in result.stderr.splitlines()
+        # No running systemd in a container: only complaints about the units themselves count.
+        if "crcr-" in line and "Failed to" not in line and "not running" not in line
+    ]
+    assert problems == [], result.stderr
+
+
+def test_nginx_example_forwards_the_scheme_and_sizes_bodies_per_path():
+    conf = (DEPLOY / "nginx.conf").read_text()
+    assert "proxy_set_header X-Forwarded-Proto $scheme;" in conf
+    assert "client_max_body_size 3m;" in conf
+    webhook = conf.split("location = /github/webhook", 1)[1].split("}", 1)[0]
+    assert "client_max_body_size 26m;" in webhook
+    assert "ssl_certificate" in conf and "proxy_read_timeout" in conf
