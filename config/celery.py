@@ -18,6 +18,11 @@ app.conf.beat_schedule = {
     "crcr.sweep_zombies": {"task": "crcr.sweep_zombies", "schedule": 300.0},
     "crcr.prune_used_tokens": {"task": "crcr.prune_used_tokens", "schedule": 3600.0},
     "crcr.reconcile_dispatches": {"task": "crcr.reconcile_dispatches", "schedule": 60.0},
+    # Relay part 2: check runs, gates, comments and re-runs that did not reach GitHub.
+    "crcr.reconcile_mirror": {"task": "crcr.reconcile_mirror", "schedule": 60.0},
     # Idempotent per day: hourly runs make a missed one harmless.
     "crcr.daily_evaluation": {"task": "crcr.daily_evaluation", "schedule": 3600.0},
+    # Notifications: stale/silent/gate-failure checks, and re-sending what is due.
+    "crcr.check_backends": {"task": "crcr.check_backends", "schedule": 900.0},
+    "crcr.reconcile_notifications": {"task": "crcr.reconcile_notifications", "schedule": 60.0},
 }

@@ -2,10 +2,31 @@
 
 from django.urls import path
 
-from hud import admin_views
+from hud import admin_views, alias_views, notification_views
 
 urlpatterns = [
     path("crcr/admin", admin_views.admin_home, name="crcr-admin"),
+    path("crcr/admin/aliases", alias_views.alias_page, name="crcr-aliases"),
+    path(
+        "crcr/admin/notifications",
+        notification_views.notifications_page,
+        name="crcr-notifications",
+    ),
+    path(
+        "crcr/admin/notifications/targets/<int:pk>/toggle",
+        notification_views.toggle_target,
+        name="crcr-notification-target-toggle",
+    ),
+    path(
+        "crcr/admin/notifications/targets/<int:pk>/delete",
+        notification_views.delete_target,
+        name="crcr-notification-target-delete",
+    ),
+    path(
+        "crcr/admin/notifications/<int:pk>/retry",
+        notification_views.retry_notification,
+        name="crcr-notification-retry",
+    ),
     path("crcr/admin/requests/<int:pk>", admin_views.request_detail, name="crcr-request"),
     path(
         "crcr/admin/requests/<int:pk>/<str:verdict>",

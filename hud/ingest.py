@@ -24,6 +24,7 @@ from hud.models import (
     Job,
     Level,
     RateBucket,
+    RerunRequest,
     UsedToken,
 )
 from hud.payload import CallbackData, PayloadError, decode_json, parse_callback
@@ -95,7 +96,7 @@ def admit(repo: str) -> Downstream | None:
     return downstream
 
 
-def take_rate_token(downstream: Downstream) -> int | None:
+def take_rate_token(downstream: Downstream, *, _retried: bool = False) -> int | None:
     """Take one token from the downstream's bucket; None if allowed, else seconds to wait.
 
     A token bucket (sustained CRCR_RATE_LIMIT_PER_MIN, burst twice that) updated by one
@@ -129,6 +130,10 @@ def take_rate_token(downstream: Downstream) -> int | None:
         except IntegrityError:
             return take_rate_token(downstream)
     available = min(capacity, bucket.tokens + max(now - bucket.updated_epoch, 0.0) * per_second)
+    if available >= 1.0 and not _retried:
+        # A concurrent first callback created the bucket after our UPDATE looked for it: it
+        # has tokens, so take one again rather than refusing (found by the fault test).
+        return take_rate_token(downstream, _retried=True)
     return max(1, int((1.0 - available) / per_second + 0.999))
 
 
@@ -141,7 +146,8 @@ def receive_callback(repo: str, raw_body: bytes) -> Outcome:
     if downstream is None:
         return Outcome("ignored")
     try:
-        data = parse_callback(decode_json(raw_body), downstream.full_name)
+        # The token's repository, not the backend's name: they differ after a rename (alias).
+        data = parse_callback(decode_json(raw_body), repo)
     except PayloadError as error:
         raise Rejected.from_payload_error(error) from error
     return store(downstream, data, source=Job.Source.CALLBACK)
@@ -225,11 +231,23 @@ def store(
             try:
                 with transaction.atomic():
                     job = _create(downstream, data, delivery, source, timing, now)
+                _enqueue_mirror(downstream, job)
                 return Outcome("created", job.id)
             except IntegrityError:
                 # A concurrent identical callback won the insert; settle against its row.
                 job = Job.objects.select_for_update().get(**key)
-        return _transition(job, data, timing, now)
+        outcome = _transition(job, data, timing, now)
+        if outcome.status == "updated":
+            _enqueue_mirror(downstream, job)
+        return outcome
+
+
+def _enqueue_mirror(downstream: Downstream, job: Job) -> None:
+    """On commit, mirror an L3/L4 verified result onto the upstream PR (hud.mirror decides)."""
+    if job.verified and downstream.level >= Level.L3 and job.source != Job.Source.IMPORT:
+        from hud import tasks  # hud.tasks imports this module
+
+        tasks.enqueue(tasks.mirror_job, job.id)
 
 
 def _check_against_delivery(data: CallbackData, delivery: Delivery) -> None:
@@ -291,6 +309,11 @@ def _create(
         if timing is None and dispatch and dispatch.dispatched_at and data.run_attempt == 1:
             job.queue_seconds = max((now - dispatch.dispatched_at).total_seconds(), 0.0)
             job.timing_source = Job.TimingSource.SERVER
+        elif timing is None and data.run_attempt > 1:
+            requested_at = _rerun_requested_at(downstream, data, now)
+            if requested_at is not None:
+                job.queue_seconds = max((now - requested_at).total_seconds(), 0.0)
+                job.timing_source = Job.TimingSource.SERVER
     else:
         _apply_completion(job, data, now)
     if timing is not None:
@@ -299,6 +322,34 @@ def _create(
     if data.status == Job.Status.COMPLETED:
         _store_failed_tests(job, data)
     return job
+
+
+def _rerun_requested_at(
+    downstream: Downstream, data: CallbackData, now: dt.datetime
+) -> dt.datetime | None:
+    """When we asked GitHub to re-run this run, if that request is what started this attempt.
+
+    Not when an earlier attempt started after our request (the request was for that one).
+    """
+    request = (
+        RerunRequest.objects.filter(
+            downstream=downstream,
+            run_id=data.run_id,
+            outcome=RerunRequest.Outcome.REQUESTED,
+            requested_at__lte=now,
+        )
+        .order_by("-requested_at")
+        .first()
+    )
+    if request is None:
+        return None
+    later_attempt = Job.objects.filter(
+        downstream=downstream,
+        run_id=data.run_id,
+        run_attempt__lt=data.run_attempt,
+        in_progress_received_at__gt=request.requested_at,
+    ).exists()
+    return None if later_attempt else request.requested_at
 
 
 def _transition(

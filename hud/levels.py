@@ -83,10 +83,15 @@ class ImportReport:
 
 
 def find_downstream(full_name: str) -> Downstream | None:
-    """The downstream with this owner/repo, compared case-insensitively, or None."""
+    """The downstream with this owner/repo (or an alias of it), case-insensitively, or None."""
+    name = full_name.strip().lower()
+    found = Downstream.objects.alias(name_lower=Lower("full_name")).filter(name_lower=name).first()
+    if found is not None:
+        return found
+    # A renamed or transferred repository keeps its history through RepositoryAlias.
     return (
-        Downstream.objects.alias(name_lower=Lower("full_name"))
-        .filter(name_lower=full_name.strip().lower())
+        Downstream.objects.alias(alias_lower=Lower("aliases__old_name"))
+        .filter(alias_lower=name)
         .first()
     )
 

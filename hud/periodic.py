@@ -2,13 +2,16 @@
 
 from collections.abc import Callable
 
-from hud import ingest, promotion, relay
+from hud import ingest, mirror, notifications, promotion, relay
 
 PERIODIC_JOBS: dict[str, Callable[[], object]] = {
     "sweep_zombies": ingest.sweep_zombies,
     "prune_used_tokens": ingest.prune_used_tokens,
     "reconcile_dispatches": relay.reconcile,
+    "reconcile_mirror": mirror.reconcile,
     "daily_evaluation": promotion.daily_evaluation,
+    "check_backends": notifications.check_backends,
+    "reconcile_notifications": notifications.reconcile,
 }
 
 

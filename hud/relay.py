@@ -256,14 +256,19 @@ def receive_webhook(
                 delivery.delivery_id,
             )
         wanted, why = dispatch_decision(event, body)
+        # Imported here: hud.tasks and hud.mirror import this module.
+        from hud import mirror, tasks
+
         if not wanted:
+            # Part 2: a ciflow/crcr/* label back-fills check runs; rerequested checks re-run.
+            why = mirror.on_stored_event(delivery, event, body) or why
             return WebhookOutcome(WebhookStatus.STORED, why, delivery_id)
         dispatches = _create_dispatches(delivery, now)
-        # Imported here: hud.tasks imports this module.
-        from hud import tasks
-
         for dispatch in dispatches:
             tasks.enqueue(tasks.send_dispatch, dispatch.id)
+        if dispatches and delivery.head_sha and mirror.mirror_enabled():
+            # Part 2: every dispatched SHA gets its crcr/gate check (success when no L4).
+            tasks.enqueue(tasks.sync_gate, delivery.head_sha)
     logger.info(
         "webhook fanned out",
         extra={"delivery_id": delivery_id, "event": event, "dispatches": len(dispatches)},

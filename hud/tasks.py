@@ -101,3 +101,96 @@ def reconcile_dispatches() -> int:
     from hud import relay
 
     return relay.reconcile()
+
+
+# --- Notifications (appended for issue 8) --------------------------------------------------
+
+
+@shared_task(name="crcr.send_notification", bind=True, **TASK_OPTIONS)
+def send_notification(self: Any, notification_id: int) -> str:
+    """Send one notification; a retryable failure is retried after the row's backoff."""
+    from hud import notifications
+
+    outcome = notifications.deliver(int(notification_id))
+    on_worker = not getattr(self.request, "called_directly", True)
+    if outcome.result == "retry" and on_worker:
+        # In-process runs do not retry here: the periodic reconciler picks the row up.
+        raise self.retry(countdown=outcome.retry_in, max_retries=None)
+    return outcome.result
+
+
+@shared_task(name="crcr.reconcile_notifications", **TASK_OPTIONS)
+def reconcile_notifications() -> int:
+    """Re-enqueue notifications that are due: lost enqueues and retries after backoff."""
+    from hud import notifications
+
+    return notifications.reconcile()
+
+
+@shared_task(name="crcr.check_backends", **TASK_OPTIONS)
+def check_backends() -> dict:
+    """Notify stale or silent backends and repeated L4 gate failures."""
+    from hud import notifications
+
+    return notifications.check_backends()
+
+
+# --- The relay, part 2: check runs, the gate, re-runs, on-call comments (hud.mirror) -------
+
+
+def _retry_on_worker(task: Any, outcome: Any) -> str:
+    """Retry a RETRY outcome after its own delay on a worker; in-process, the reconciler does."""
+    from hud import mirror
+
+    on_worker = not getattr(task.request, "called_directly", True)
+    if outcome.result == mirror.SyncResult.RETRY and on_worker:
+        raise task.retry(countdown=outcome.retry_in, max_retries=None)
+    return outcome.result.value
+
+
+@shared_task(name="crcr.mirror_job", bind=True, **TASK_OPTIONS)
+def mirror_job(self: Any, job_id: int) -> str:
+    """Mirror one job's report: its check run, its SHA's gate, its backend's on-call comment."""
+    from hud import mirror
+
+    return _retry_on_worker(self, mirror.mirror_job(int(job_id)))
+
+
+@shared_task(name="crcr.sync_gate", bind=True, **TASK_OPTIONS)
+def sync_gate(self: Any, head_sha: str) -> str:
+    """Post or update the `crcr/gate` check of one head SHA."""
+    from hud import mirror
+
+    return _retry_on_worker(self, mirror.sync_gate(str(head_sha)))
+
+
+@shared_task(name="crcr.mirror_backfill", **TASK_OPTIONS)
+def mirror_backfill(head_sha: str) -> int:
+    """After a `ciflow/crcr/*` label: enqueue check runs for jobs already on that head SHA."""
+    from hud import mirror
+
+    return mirror.backfill(str(head_sha))
+
+
+@shared_task(name="crcr.send_rerun", bind=True, **TASK_OPTIONS)
+def send_rerun(self: Any, rerun_id: int) -> str:
+    """Ask GitHub to re-run one downstream run (re-requested from the upstream PR)."""
+    from hud import mirror
+
+    return _retry_on_worker(self, mirror.send_rerun(int(rerun_id)))
+
+
+@shared_task(name="crcr.sync_oncall_comment", bind=True, **TASK_OPTIONS)
+def sync_oncall_comment(self: Any, pr_number: int, downstream_id: int) -> str:
+    """Post or edit in place a backend's on-call comment on a PR."""
+    from hud import mirror
+
+    return _retry_on_worker(self, mirror.sync_oncall_comment(int(pr_number), int(downstream_id)))
+
+
+@shared_task(name="crcr.reconcile_mirror", **TASK_OPTIONS)
+def reconcile_mirror() -> dict:
+    """Re-enqueue check runs, gates, comments and re-runs that did not reach GitHub."""
+    from hud import mirror
+
+    return mirror.reconcile()
