@@ -40,3 +40,16 @@ lint: venv
 
 clean:
 	rm -rf $(VENV) db.sqlite3* test-db.sqlite3* staticfiles
+
+## make bench: ingestion throughput against its floor (bench/ingest.py), and the page timings
+## (bench/pages.py) when present. Each starts what it needs and cleans up; needs PostgreSQL.
+bench: venv
+	$(PY) bench/ingest.py
+	if [ -f bench/pages.py ]; then $(PY) bench/pages.py; fi
+
+## make reliability: the fuzz-marked reliability tests on PostgreSQL (the full 10,000-callback
+## replay, PostgreSQL stopped mid-load). RELIABILITY_DATABASE_URL picks the server.
+RELIABILITY_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
+reliability: venv
+	DATABASE_URL=$(RELIABILITY_DATABASE_URL) $(PY) -m pytest tests/reliability -m fuzz -s $(PYTEST_ARGS)
+.PHONY: bench reliability

@@ -1,0 +1,42 @@
+"""The rate-limit race the PostgreSQL fault test found: a bucket created under our feet."""
+
+from unittest import mock
+
+import pytest
+from django.db.models.query import QuerySet
+
+from hud import ingest
+from hud.models import Level, RateBucket
+from tests.support import builders
+
+pytestmark = pytest.mark.django_db
+
+
+def test_bucket_created_by_a_concurrent_first_callback_does_not_answer_429(frozen_clock, settings):
+    settings.CRCR_RATE_LIMIT_PER_MIN = 100
+    backend = builders.downstream("org/repo", Level.L2)
+    real_update = QuerySet.update
+    calls = []
+
+    def update_racing_a_creator(queryset, **changes):
+        # The first UPDATE finds no bucket; a concurrent first callback creates it right after.
+        if queryset.model is RateBucket and not calls:
+            calls.append(1)
+            RateBucket.objects.create(
+                downstream=backend, tokens=199.0, updated_epoch=frozen_clock().timestamp()
+            )
+            return 0
+        return real_update(queryset, **changes)
+
+    with mock.patch.object(QuerySet, "update", update_racing_a_creator):
+        assert ingest.take_rate_token(backend) is None
+    assert RateBucket.objects.get().tokens == 198.0
+
+
+def test_an_empty_bucket_still_answers_with_the_seconds_to_wait(frozen_clock, settings):
+    settings.CRCR_RATE_LIMIT_PER_MIN = 60  # one token a second
+    backend = builders.downstream("org/repo", Level.L2)
+    RateBucket.objects.create(
+        downstream=backend, tokens=0.0, updated_epoch=frozen_clock().timestamp()
+    )
+    assert ingest.take_rate_token(backend) == 1
