@@ -1,5 +1,6 @@
 """The versioned read API (`/api/v1/`), health and readiness."""
 
+import datetime as dt
 from typing import Any
 
 from django.db import connection
@@ -13,8 +14,16 @@ from rest_framework.views import APIView
 
 from api import params
 from api.renderers import CSV_ROW_CAP, csv_lines
-from api.serializers import BackendSerializer, JobDetailSerializer, JobSerializer
-from hud import selectors
+from api.serializers import (
+    BackendSerializer,
+    BackendStatsSerializer,
+    DailyRowSerializer,
+    FailedTestRankSerializer,
+    JobSerializer,
+    JobVerdictSerializer,
+)
+from hud import attribution, clock, pagedata, selectors
+from hud.models import Downstream
 
 
 class ExportableListView(ListAPIView):
@@ -69,43 +78,182 @@ class JobList(ExportableListView):
         return super().get(request, *args, **kwargs)
 
 
-class BackendList(ExportableListView):
-    """Every allowlisted backend with its level and last result."""
+DAYS_PARAMETER = OpenApiParameter(
+    "days", int, description="window in days, 1 to 90 (default 7), ending now"
+)
 
-    serializer_class = BackendSerializer
+
+def _days(request: Request, default: int = pagedata.DEFAULT_DAYS) -> int:
+    """`?days=`: 1 to 90."""
+    value = params.parse_int(
+        request.query_params, "days", low=1, high=pagedata.MAX_DAYS, default=default
+    )
+    return int(value)
+
+
+def _attach_figures(backends: list[Downstream], days: int) -> list[Downstream]:
+    """Give each backend the `/crcr` figures of the window (one frame query for all)."""
+    now = clock.now()
+    window = pagedata.Window.ending(now, days)
+    for row in pagedata.summary_rows(backends, window, now):
+        row.backend.figures = pagedata.flat_figures(row, window)
+    return backends
+
+
+class BackendList(ExportableListView):
+    """Every allowlisted backend with its level, last result and the `/crcr` window figures."""
+
+    serializer_class = BackendStatsSerializer
     export_name = "backends"
 
     def get_queryset(self):
         """Backends, highest level first."""
         return selectors.backends()
 
+    @extend_schema(
+        parameters=[DAYS_PARAMETER, OpenApiParameter("format", str, enum=["json", "csv"])]
+    )
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Any:
+        """List backends with the figures `/crcr?days=N` shows."""
+        return super().get(request, *args, **kwargs)
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Any:
+        """Paginated JSON or a CSV of every backend, each with its window figures."""
+        days = _days(request)
+        queryset = self.get_queryset()
+        if request.accepted_renderer.format == "csv":
+            backends = _attach_figures(list(queryset[:CSV_ROW_CAP]), days)
+            columns = list(self.get_serializer_class()().fields.keys())
+            rows = (BackendStatsSerializer(backend).data for backend in backends)
+            response = StreamingHttpResponse(csv_lines(rows, columns), content_type="text/csv")
+            response["Content-Disposition"] = f'attachment; filename="{self.export_name}.csv"'
+            return response
+        page = _attach_figures(list(self.paginate_queryset(queryset)), days)
+        return self.get_paginated_response(BackendStatsSerializer(page, many=True).data)
+
 
 class BackendDetail(APIView):
-    """One backend."""
+    """One backend, with every figure of its page over a window."""
 
-    @extend_schema(responses=BackendSerializer)
+    @extend_schema(parameters=[DAYS_PARAMETER], responses=BackendSerializer)
     def get(self, request: Request, org: str, repo: str) -> Response:
-        """A backend by owner/repo; 404 if unknown."""
+        """A backend by owner/repo with `stats` (hud.stats.backend_summary); 404 if unknown."""
+        days = _days(request)
         backend = selectors.backend(f"{org}/{repo}")
         if backend is None:
             raise Http404(f"no backend {org}/{repo}")
-        return Response(BackendSerializer(backend).data)
+        return Response(
+            {
+                **BackendSerializer(backend).data,
+                "stats": pagedata.backend_stats(backend, days, clock.now()),
+            }
+        )
+
+
+def _downstream(request: Request, required: bool = False) -> Downstream | None:
+    """`?downstream=owner/repo`: a known backend (404 otherwise), or None when absent."""
+    name = request.query_params.get("downstream") or None
+    if name is None:
+        if required:
+            raise params.ValidationError({"downstream": ["is required"]})
+        return None
+    if not params.REPO_PATTERN.match(name):
+        raise params.ValidationError({"downstream": ["must be owner/repo"]})
+    backend = selectors.backend(name)
+    if backend is None:
+        raise Http404(f"no backend {name}")
+    return backend
+
+
+def _event_types(request: Request) -> tuple[str, ...] | None:
+    """`?event_type=a,b`: event types from the payload's list, comma-separated."""
+    raw = request.query_params.get("event_type") or ""
+    if not raw:
+        return None
+    values = tuple(part.strip() for part in raw.split(",") if part.strip())
+    unknown = [value for value in values if value not in params.EVENT_TYPES]
+    if unknown:
+        raise params.ValidationError(
+            {"event_type": ["must be one or more of " + ", ".join(params.EVENT_TYPES)]}
+        )
+    return values
+
+
+class DailyMetrics(APIView):
+    """`hud.stats.daily_series` per backend and UTC day (the charts of the pages)."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("downstream", str, description="owner/repo (default: every L2+)"),
+            OpenApiParameter("days", int, description="UTC days ending today, 1 to 90 (30)"),
+            OpenApiParameter("event_type", str, description="comma-separated event types"),
+            OpenApiParameter("format", str, enum=["json", "csv"]),
+        ],
+        responses=DailyRowSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        """Daily pass rate with its interval, counts and durations."""
+        days = _days(request, pagedata.METRICS_DEFAULT_DAYS)
+        events = _event_types(request)
+        backend = _downstream(request)
+        backends = (
+            [backend] if backend is not None else [b for b in selectors.backends() if b.level >= 2]
+        )
+        daily = pagedata.daily_rows(backends, days, clock.now(), events)
+        rows = DailyRowSerializer(pagedata.daily_records(daily), many=True).data
+        return Response({"count": len(rows), "days": days, "results": rows})
+
+
+class FailedTestRanking(APIView):
+    """A backend's failed tests of a window, most frequent first (the backend page's table)."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("downstream", str, description="owner/repo", required=True),
+            DAYS_PARAMETER,
+            OpenApiParameter("event_type", str, enum=list(params.EVENT_TYPES)),
+            OpenApiParameter("job_name", str),
+            OpenApiParameter("limit", int, description="rows, 1 to 1000 (50)"),
+            OpenApiParameter("format", str, enum=["json", "csv"]),
+        ],
+        responses=FailedTestRankSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        """Failed tests ranked by occurrences with their most recent message."""
+        days = _days(request)
+        backend = _downstream(request, required=True)
+        query = request.query_params
+        limit = params.parse_int(query, "limit", low=1, high=1000, default=50)
+        now = clock.now()
+        ranked = selectors.failed_tests_ranked(
+            backend.id,
+            now - dt.timedelta(days=days),
+            now,
+            event_type=params.parse_choice(query, "event_type", params.EVENT_TYPES),
+            job_name=query.get("job_name") or None,
+            limit=int(limit),
+        )
+        rows = FailedTestRankSerializer(ranked, many=True).data
+        return Response({"count": len(rows), "days": days, "results": rows})
 
 
 class PullRequestDetail(APIView):
     """Every backend's jobs for one upstream PR, all head SHAs, newest first."""
 
-    @extend_schema(responses=JobDetailSerializer(many=True))
+    @extend_schema(responses=JobVerdictSerializer(many=True))
     def get(self, request: Request, number: int) -> Response:
         """Jobs of PR `number`; 404 if nothing is known about it."""
         jobs = list(selectors.pr_jobs(number))
         if not jobs:
             raise Http404(f"no results for PR {number}")
+        verdicts = attribution.verdicts_for(jobs)
+        context = {"verdicts": attribution.index_by_job(verdicts)}
         return Response(
             {
                 "pr_number": number,
                 "title": selectors.pr_title(number),
-                "jobs": JobDetailSerializer(jobs, many=True).data,
+                "jobs": JobVerdictSerializer(jobs, many=True, context=context).data,
+                "verdicts": verdicts,
             }
         )
 
@@ -113,13 +261,22 @@ class PullRequestDetail(APIView):
 class CommitDetail(APIView):
     """Every backend's jobs for one upstream commit."""
 
-    @extend_schema(responses=JobDetailSerializer(many=True))
+    @extend_schema(responses=JobVerdictSerializer(many=True))
     def get(self, request: Request, sha: str) -> Response:
         """Jobs of commit `sha` (or a unique prefix); 404 if nothing is known about it."""
         jobs = list(selectors.commit_jobs(params.parse_sha(sha)))
         if not jobs:
             raise Http404(f"no results for commit {sha}")
-        return Response({"sha": sha.lower(), "jobs": JobDetailSerializer(jobs, many=True).data})
+        view = attribution.commit_view(sha) or {"verdicts": [], "backends": []}
+        context = {"verdicts": attribution.index_by_job(view["verdicts"])}
+        return Response(
+            {
+                "sha": sha.lower(),
+                "jobs": JobVerdictSerializer(jobs, many=True, context=context).data,
+                "verdicts": view["verdicts"],
+                "cross_backend": view["backends"],
+            }
+        )
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

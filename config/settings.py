@@ -5,6 +5,7 @@ production sets DATABASE_URL, CELERY_BROKER_URL, CACHE_URL, SECRET_KEY and ALLOW
 """
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -37,9 +38,18 @@ def env_list(name: str, default: str = "") -> list[str]:
 
 DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env("SECRET_KEY")
+# Test runs bring their own keys and databases; they are never a production start.
+TESTING = "pytest" in sys.modules or sys.argv[1:2] == ["test"]
 if not SECRET_KEY:
-    if not DEBUG and env_bool("CRCR_REQUIRE_SECRET_KEY", False):
-        raise ImproperlyConfigured("SECRET_KEY must be set in production")
+    # Production is recognised by its database: DEBUG off against a server database (not the
+    # embedded SQLite file) refuses to start without a key instead of using a public one.
+    server_database = not (env("DATABASE_URL") or "sqlite").startswith("sqlite")
+    production = not DEBUG and not TESTING and server_database
+    if production or (not DEBUG and env_bool("CRCR_REQUIRE_SECRET_KEY", False)):
+        raise ImproperlyConfigured(
+            "SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off and DATABASE_URL "
+            "names a database server"
+        )
     # Embedded default only: a key derived from nothing secret. Production sets SECRET_KEY.
     SECRET_KEY = "embedded-default-insecure-key-set-SECRET_KEY-in-production"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
@@ -60,6 +70,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so every later log line of the request carries its id and every answer is counted.
+    "config.logging_context.RequestIdMiddleware",
+    "api.metrics.MetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -173,7 +186,11 @@ if env_bool("CRCR_BEHIND_TLS_PROXY", False):
     SECURE_HSTS_SECONDS = int(env("SECURE_HSTS_SECONDS", "31536000"))
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
-    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+    if not SECURE_HSTS_PRELOAD:
+        # Preloading commits the whole domain to HTTPS in browsers for months and is hard to
+        # undo, so it stays an explicit choice (SECURE_HSTS_PRELOAD=1), not a deploy warning.
+        SILENCED_SYSTEM_CHECKS = ["security.W021"]
 
 # --- REST framework -----------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -213,6 +230,43 @@ CRCR_RATE_LIMIT_PER_MIN = int(env("CRCR_RATE_LIMIT_PER_MIN", "100"))
 CRCR_ZOMBIE_TIMEOUT_SECONDS = int(env("CRCR_ZOMBIE_TIMEOUT", str(6 * 3600)))
 CRCR_NO_RESPONSE_AFTER_SECONDS = int(env("CRCR_NO_RESPONSE_AFTER", str(2 * 3600)))
 HUD_BOT_KEY = env("HUD_BOT_KEY")
+# Path of the gate policy YAML; unset = the shipped hud/gate_policy.yml.
+CRCR_GATE_POLICY = env("CRCR_GATE_POLICY")
+# The relay (webhook in, dispatches out). GitHub App keys may come from NAME_FILE (see env()).
+GITHUB_WEBHOOK_SECRET = env("GITHUB_WEBHOOK_SECRET")
+# Webhook bodies may be far larger than callbacks (GitHub caps them at 25 MB).
+CRCR_WEBHOOK_MAX_BODY_BYTES = int(env("CRCR_WEBHOOK_MAX_BODY_BYTES", str(25 * 1024 * 1024)))
+CRCR_PUSH_REFS = env_list(
+    "CRCR_PUSH_REFS", "refs/heads/main,refs/heads/release/*,refs/tags/ciflow/*"
+)
+GITHUB_API_URL = env("GITHUB_API_URL", "https://api.github.com")
+GITHUB_APP_ID = env("GITHUB_APP_ID")
+GITHUB_APP_PRIVATE_KEY = env("GITHUB_APP_PRIVATE_KEY")
+GITHUB_DISPATCH_APP_ID = env("GITHUB_DISPATCH_APP_ID")
+GITHUB_DISPATCH_APP_PRIVATE_KEY = env("GITHUB_DISPATCH_APP_PRIVATE_KEY")
+GITHUB_TIMEOUT = float(env("GITHUB_TIMEOUT", "10"))
+GITHUB_WRITES_PER_SECOND = float(env("GITHUB_WRITES_PER_SECOND", "1"))
+CRCR_DISPATCH_MAX_ATTEMPTS = int(env("CRCR_DISPATCH_MAX_ATTEMPTS", "8"))
+CRCR_DISPATCH_LEASE_SECONDS = int(env("CRCR_DISPATCH_LEASE_SECONDS", "180"))
+CRCR_DISPATCH_RECONCILE_AFTER_SECONDS = int(env("CRCR_DISPATCH_RECONCILE_AFTER", "120"))
+# The relay, part 2: check runs, the crcr/gate merge gate, re-runs and on-call comments on
+# upstream PRs (hud.mirror). Off, or without GITHUB_APP_ID, nothing is written to GitHub.
+CRCR_CHECK_RUNS = env_bool("CRCR_CHECK_RUNS", True)
+CRCR_ONCALL_COMMENTS = env_bool("CRCR_ONCALL_COMMENTS", True)
+# The gate expects, per L4 backend, the jobs of its last CRCR_GATE_HISTORY_RUNS answered
+# deliveries within CRCR_GATE_HISTORY_DAYS.
+CRCR_GATE_HISTORY_DAYS = int(env("CRCR_GATE_HISTORY_DAYS", "14"))
+CRCR_GATE_HISTORY_RUNS = int(env("CRCR_GATE_HISTORY_RUNS", "5"))
+CRCR_MIRROR_MAX_ATTEMPTS = int(env("CRCR_MIRROR_MAX_ATTEMPTS", "10"))
+CRCR_MIRROR_RECONCILE_AFTER_SECONDS = int(env("CRCR_MIRROR_RECONCILE_AFTER", "120"))
+CRCR_MIRROR_WINDOW_SECONDS = int(env("CRCR_MIRROR_WINDOW", str(3 * 86400)))
+
+# --- Metrics (GET /metrics) ---------------------------------------------------------------
+# Unset: /metrics is open (restrict it at the proxy). Set: `Authorization: Bearer <token>`.
+METRICS_TOKEN = env("METRICS_TOKEN")
+# Where prometheus-client keeps per-process counters so gunicorn workers add up (see
+# deploy/gunicorn.conf.py); unset = one process, counters in memory.
+PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
 
 # --- Logging: one JSON object per line on stderr ------------------------------------------
 LOG_LEVEL = env("LOG_LEVEL", "INFO")
@@ -226,7 +280,89 @@ LOGGING = {
             "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
         },
     },
-    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json"}},
+    # The request id (config.logging_context) goes on every record a handler writes.
+    "filters": {"request_id": {"()": "config.logging_context.RequestIdFilter"}},
+    "handlers": {
+        "stderr": {
+            "class": "logging.StreamHandler",
+            "formatter": "json",
+            "filters": ["request_id"],
+        }
+    },
     "root": {"handlers": ["stderr"], "level": LOG_LEVEL},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# --- Sign-in with GitHub (django-allauth) ---------------------------------------------------
+# Passwords stay for the embedded default and demo users; allauth's backend serves GitHub.
+INSTALLED_APPS += [
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.github",
+]
+MIDDLEWARE += ["allauth.account.middleware.AccountMiddleware"]
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
+# An OAuth App (github.com → Settings → Developer settings); callback URL
+# https://<this server>/accounts/github/login/callback/. Unset: no GitHub button.
+GITHUB_OAUTH_CLIENT_ID = env("GITHUB_OAUTH_CLIENT_ID") or ""
+GITHUB_OAUTH_CLIENT_SECRET = env("GITHUB_OAUTH_CLIENT_SECRET") or ""
+# Where the OAuth pages and the user API live (tests point these at a local fake).
+CRCR_GITHUB_OAUTH_URL = (env("CRCR_GITHUB_OAUTH_URL") or "https://github.com").rstrip("/")
+CRCR_GITHUB_OAUTH_API_URL = (env("CRCR_GITHUB_OAUTH_API_URL") or "https://api.github.com").rstrip(
+    "/"
+)
+# GitHub logins that are CRCR admins (the `crcr-admins` group is synced at each GitHub sign-in);
+# unset: the group is managed by hand (Django admin) and sign-in leaves it alone.
+CRCR_ADMIN_LOGINS = env_list("CRCR_ADMIN_LOGINS")
+SOCIALACCOUNT_PROVIDERS = {
+    "github": {
+        # Reads the two URLs above at request time (allauth's own adapter fixes them at import).
+        "provider_class": "hud.accounts.GitHubProvider",
+        "SCOPE": ["read:user", "user:email"],
+        # Configured here, not from SocialApp rows in the database.
+        "APPS": (
+            [{"client_id": GITHUB_OAUTH_CLIENT_ID, "secret": GITHUB_OAUTH_CLIENT_SECRET, "key": ""}]
+            if GITHUB_OAUTH_CLIENT_ID
+            else []
+        ),
+    }
+}
+ACCOUNT_ADAPTER = "hud.accounts.AccountAdapter"
+SOCIALACCOUNT_ADAPTER = "hud.accounts.SocialAccountAdapter"
+# Identity is the GitHub account; addresses are not verified by mail or used to link accounts.
+ACCOUNT_EMAIL_VERIFICATION = "none"
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
+SOCIALACCOUNT_QUERY_EMAIL = True
+SOCIALACCOUNT_STORE_TOKENS = False
+
+# --- Notifications: email and Slack-compatible webhooks -------------------------------------
+# Embedded default: mail is printed on stdout (console backend). Production: set EMAIL_HOST (SMTP)
+# or EMAIL_BACKEND explicitly.
+EMAIL_BACKEND = env("EMAIL_BACKEND") or (
+    "django.core.mail.backends.smtp.EmailBackend"
+    if env("EMAIL_HOST")
+    else "django.core.mail.backends.console.EmailBackend"
+)
+EMAIL_HOST = env("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(env("EMAIL_PORT", "25"))
+EMAIL_HOST_USER = env("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = int(env("EMAIL_TIMEOUT", "10"))
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "CRCR HUD <crcr-hud@localhost>")
+SERVER_EMAIL = env("SERVER_EMAIL", DEFAULT_FROM_EMAIL)
+# The server's public address, for links in notifications (e.g. https://hud.example.org).
+CRCR_PUBLIC_URL = (env("CRCR_PUBLIC_URL") or "").rstrip("/")
+CRCR_NOTIFY_WEBHOOK_TIMEOUT = float(env("CRCR_NOTIFY_WEBHOOK_TIMEOUT", "10"))
+CRCR_NOTIFY_MAX_ATTEMPTS = int(env("CRCR_NOTIFY_MAX_ATTEMPTS", "8"))
+# A backend with no result for this long is "stale"; this many unanswered L2+ dispatches in a
+# row (each past CRCR_NO_RESPONSE_AFTER) is "silent"; this many failed L4 results in a row is
+# "repeated gate failures".
+CRCR_NOTIFY_STALE_HOURS = float(env("CRCR_NOTIFY_STALE_HOURS", "24"))
+CRCR_NOTIFY_SILENT_DISPATCHES = int(env("CRCR_NOTIFY_SILENT_DISPATCHES", "3"))
+CRCR_NOTIFY_GATE_FAILURES = int(env("CRCR_NOTIFY_GATE_FAILURES", "3"))

@@ -3,13 +3,21 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from hud import delivery_views
+from api.metrics import metrics_view
+from hud import accounts, delivery_views
 
 urlpatterns = [
     path("django-admin/", admin.site.urls),
+    # Django's login/logout (names `login`, `logout`) first: password sign-in keeps its page.
     path("accounts/", include("django.contrib.auth.urls")),
+    # allauth's GitHub views, with the URLs taken from settings at request time (hud.accounts).
+    path("accounts/github/login/", accounts.github_login, name="github_login"),
+    path("accounts/github/login/callback/", accounts.github_callback, name="github_callback"),
+    path("accounts/", include("allauth.urls")),
     path("", include("api.urls")),
     path("crcr/delivery/<str:delivery_id>", delivery_views.delivery_page, name="crcr-delivery"),
     path("", include("hud.admin_urls")),
+    path("metrics", metrics_view, name="metrics-prometheus"),
+    path("", include("hud.attribution_urls")),
     path("", include("hud.urls")),
 ]

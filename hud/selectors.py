@@ -4,10 +4,10 @@ import datetime as dt
 from dataclasses import dataclass
 
 import pandas as pd
-from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
+from django.db.models import Count, Max, OuterRef, Prefetch, QuerySet, Subquery
 
 from hud import stats
-from hud.models import Delivery, Downstream, FailedTest, Job
+from hud.models import Delivery, Dispatch, Downstream, FailedTest, Job, LevelOverride
 
 
 @dataclass(frozen=True)
@@ -138,3 +138,148 @@ def jobs_frame(
         columns={"downstream__full_name": "downstream"}
     )
     return stats.coerce_jobs_frame(frame)
+
+
+# --------------------------------------------------------------------------- page reads
+
+
+def active_overrides(downstream_ids: list[int], now: dt.datetime) -> dict[int, LevelOverride]:
+    """The override in force at `now` for each backend that has one (one query, any count)."""
+    rows = LevelOverride.objects.filter(
+        downstream_id__in=downstream_ids,
+        revoked_at__isnull=True,
+        created_at__lte=now,
+        expires_at__gt=now,
+    ).order_by("downstream_id", "level", "-created_at")
+    overrides: dict[int, LevelOverride] = {}
+    for override in rows:
+        # Same precedence as hud.promotion.active_override: the lowest level, newest first.
+        overrides.setdefault(override.downstream_id, override)
+    return overrides
+
+
+def latest_attempt_rows(ids: list[int]) -> dict[int, Job]:
+    """Job rows by id (the cells of a matrix), with their backend, in one query."""
+    if not ids:
+        return {}
+    return {job.id: job for job in Job.objects.select_related("downstream").filter(id__in=ids)}
+
+
+def job_names(downstream_id: int, start: dt.datetime, end: dt.datetime) -> list[str]:
+    """Distinct job names a backend reported in [start, end), for the filter menu."""
+    return list(
+        Job.objects.filter(downstream_id=downstream_id, placed_at__gte=start, placed_at__lt=end)
+        .order_by("job_name")
+        .values_list("job_name", flat=True)
+        .distinct()
+    )
+
+
+@dataclass(frozen=True)
+class FailedTestRank:
+    """One failed test of a window: how often it failed and its most recent message."""
+
+    classname: str
+    name: str
+    occurrences: int
+    jobs: int
+    last_seen: dt.datetime
+    last_message: str
+    last_job_id: int
+    last_workflow_url: str
+
+
+def failed_tests_ranked(
+    downstream_id: int,
+    start: dt.datetime,
+    end: dt.datetime,
+    *,
+    event_type: str | None = None,
+    job_name: str | None = None,
+    limit: int = 50,
+) -> list[FailedTestRank]:
+    """Failed tests of a backend's attempts placed in [start, end), most frequent first."""
+    queryset = FailedTest.objects.filter(
+        job__downstream_id=downstream_id, job__placed_at__gte=start, job__placed_at__lt=end
+    )
+    if event_type:
+        queryset = queryset.filter(job__event_type=event_type)
+    if job_name:
+        queryset = queryset.filter(job__job_name=job_name)
+    ranked = list(
+        queryset.values("classname", "name")
+        .annotate(
+            occurrences=Count("id"),
+            jobs=Count("job_id", distinct=True),
+            last_id=Max("id"),
+            last_seen=Max("job__placed_at"),
+        )
+        .order_by("-occurrences", "-last_seen", "classname", "name")[:limit]
+    )
+    latest = {
+        row["id"]: row
+        for row in FailedTest.objects.filter(id__in=[r["last_id"] for r in ranked]).values(
+            "id", "message", "job_id", "job__workflow_url"
+        )
+    }
+    return [
+        FailedTestRank(
+            classname=row["classname"],
+            name=row["name"],
+            occurrences=row["occurrences"],
+            jobs=row["jobs"],
+            last_seen=row["last_seen"],
+            last_message=latest[row["last_id"]]["message"],
+            last_job_id=latest[row["last_id"]]["job_id"],
+            last_workflow_url=latest[row["last_id"]]["job__workflow_url"],
+        )
+        for row in ranked
+    ]
+
+
+def failed_tests_for(jobs_ids: list[int]) -> dict[int, list[FailedTest]]:
+    """Failed tests of the given attempts, by job id, in one query."""
+    grouped: dict[int, list[FailedTest]] = {job_id: [] for job_id in jobs_ids}
+    for test in FailedTest.objects.filter(job_id__in=jobs_ids).order_by("job_id", "id"):
+        grouped[test.job_id].append(test)
+    return grouped
+
+
+def dispatches_for(*, pr: int | None = None, sha: str | None = None) -> list[Dispatch]:
+    """Dispatches of the deliveries of a PR or a commit (full SHA or prefix), oldest first."""
+    queryset = Dispatch.objects.select_related("delivery", "downstream")
+    if pr is not None:
+        queryset = queryset.filter(delivery__pr_number=pr, delivery__event_type="pull_request")
+    if sha is not None:
+        sha = sha.lower()
+        queryset = (
+            queryset.filter(delivery__head_sha=sha)
+            if len(sha) >= 40
+            else queryset.filter(delivery__head_sha__startswith=sha)
+        )
+    return list(queryset.order_by("created_at", "id"))
+
+
+def delivery_for_sha(sha: str) -> Delivery | None:
+    """The newest delivery of a commit (full SHA or prefix), to name its PR or ref."""
+    sha = sha.lower()
+    queryset = (
+        Delivery.objects.filter(head_sha=sha)
+        if len(sha) >= 40
+        else Delivery.objects.filter(head_sha__startswith=sha)
+    )
+    return queryset.order_by("-received_at").first()
+
+
+def pr_titles(numbers: list[int]) -> dict[int, str]:
+    """Titles of many PRs from their deliveries, in one query."""
+    titles: dict[int, str] = {}
+    rows = (
+        Delivery.objects.filter(pr_number__in=[n for n in numbers if n])
+        .exclude(pr_title="")
+        .order_by("pr_number", "-received_at")
+        .values_list("pr_number", "pr_title")
+    )
+    for number, title in rows:
+        titles.setdefault(number, title)
+    return titles

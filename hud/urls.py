@@ -1,3 +1,20 @@
-"""Server-rendered pages."""
+"""Server-rendered pages.
 
-urlpatterns: list = []
+`/crcr/<org>/<repo>` matches any two segments, so it stays last: routes of other pages under
+`/crcr/` (admin, deliveries, …) go above it.
+"""
+
+from django.urls import path
+
+from hud import views
+
+urlpatterns = [
+    path("", views.landing, name="landing"),
+    path("crcr", views.summary, name="summary"),
+    path("crcr/metrics", views.metrics, name="metrics"),
+    path("crcr/go", views.go, name="go"),
+    path("crcr/pr/<int:number>", views.pull_request, name="pr"),
+    path("crcr/commit/<str:sha>", views.commit, name="commit"),
+    # Keep last: it would shadow any two-segment route below it.
+    path("crcr/<str:org>/<str:repo>", views.backend, name="backend"),
+]

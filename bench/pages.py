@@ -1,0 +1,319 @@
+"""Page latency at two history sizes: does a windowed page grow with history? Not run in CI.
+
+Fills two PostgreSQL databases with COPY (not the HTTP path): 1,000,000 jobs over a year across
+50 backends, and 100,000 jobs at the same per-day density (36.5 days), with the deliveries,
+dispatches and failed tests that go with them. Then it requests every HUD page in-process
+(Django test client, DEBUG off) and reports p50/p95 latency and the share spent in SQL.
+
+    .venv/bin/python bench/pages.py                       # fill (if needed) and measure both
+    .venv/bin/python bench/pages.py --refill --repeat 20
+    BENCH_PG=postgres://postgres@127.0.0.1:5432 .venv/bin/python bench/pages.py
+
+Each size runs in its own subprocess, because Django reads DATABASE_URL once at start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVER = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
+SIZES = {"1m": (1_000_000, 365.0), "100k": (100_000, 36.5)}
+BACKENDS = 50
+JOB_NAMES = ("build", "test-ops", "test-nn", "test-distributed")
+FAILURE_RATE = 0.06
+RERUN_RATE = 0.4  # of failures
+NIGHTLY_SHARE = 0.05
+
+
+def sha(*parts: object) -> str:
+    """A deterministic 40-hex SHA."""
+    return hashlib.sha1("/".join(map(str, parts)).encode()).hexdigest()
+
+
+# --------------------------------------------------------------------------- fill
+
+
+def _setup_django(database: str) -> None:
+    os.environ["DATABASE_URL"] = f"{SERVER}/{database}"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    os.environ.setdefault("SECRET_KEY", "bench-only-not-secret")
+    os.environ.setdefault("ALLOWED_HOSTS", "testserver")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+
+
+def create_database(database: str, refill: bool) -> bool:
+    """Create `database` on the server; True when it must be filled."""
+    import psycopg
+
+    with psycopg.connect(f"{SERVER}/postgres", autocommit=True) as conn:
+        query = "SELECT 1 FROM pg_database WHERE datname = %s"
+        exists = conn.execute(query, (database,)).fetchone()
+        if exists and not refill:
+            return False
+        if exists:
+            conn.execute(f'DROP DATABASE "{database}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{database}"')
+    return True
+
+
+def fill(total: int, days: float, now: dt.datetime) -> dict[str, int]:
+    """COPY `total` jobs over `days` days ending at `now` into the configured database."""
+    from django.core.management import call_command
+    from django.db import connection
+
+    call_command("migrate", verbosity=0)
+    rng = random.Random(20261129)
+    start = now - dt.timedelta(days=days)
+    per_backend_day = total / BACKENDS / days
+    runs_per_day = max(1, round(per_backend_day / len(JOB_NAMES)))
+    # Upstream events are shared: each delivery is dispatched to every backend.
+    n_deliveries = int(days * runs_per_day)
+    connection.ensure_connection()
+    raw = connection.connection
+    counts = {"deliveries": 0, "dispatches": 0, "jobs": 0, "failed_tests": 0}
+    with raw.cursor() as cur:
+        with cur.copy(
+            "COPY hud_downstream (id, full_name, level, device, oncalls, delisted,"
+            " pending_upstream, created_at) FROM STDIN"
+        ) as copy:
+            for index in range(BACKENDS):
+                level = 4 if index < 5 else 3 if index < 15 else 2
+                copy.write_row(
+                    (index + 1, f"bench-org{index:02d}/torch-accel", level, "", "[]", False,
+                     False, start)
+                )  # fmt: skip
+        deliveries = []
+        with cur.copy(
+            "COPY hud_delivery (id, delivery_id, event_type, upstream_repo, action, pr_number,"
+            " pr_title, head_sha, base_sha, base_ref, ref, labels, received_at, body_sha256)"
+            " FROM STDIN"
+        ) as copy:
+            for index in range(n_deliveries):
+                at = start + dt.timedelta(days=days * (index + 0.5) / n_deliveries)
+                nightly = rng.random() < NIGHTLY_SHARE
+                push = not nightly and rng.random() < 0.2
+                event = "nightly" if nightly else "push" if push else "pull_request"
+                pr = 0 if event != "pull_request" else 150_000 + index
+                head = sha("head", index)
+                deliveries.append((index + 1, event, pr, head, at))
+                copy.write_row(
+                    (index + 1, head if nightly else f"bench-{index}", event, "pytorch/pytorch",
+                     "synchronize" if pr else "", pr, f"Bench PR {pr}" if pr else "", head,
+                     sha("base", index), "main", "refs/heads/main" if push else "", "[]", at,
+                     sha("body", index) + "0" * 24)
+                )  # fmt: skip
+        counts["deliveries"] = len(deliveries)
+        with cur.copy(
+            "COPY hud_dispatch (id, delivery_id, downstream_id, level_at_dispatch, created_at,"
+            " dispatched_at, outcome, reason, attempts, trimmed_fields) FROM STDIN"
+        ) as copy:
+            dispatch_id = 0
+            for delivery_pk, event, _pr, _head, at in deliveries:
+                if event == "nightly":
+                    continue
+                for backend in range(1, BACKENDS + 1):
+                    dispatch_id += 1
+                    copy.write_row(
+                        (dispatch_id, delivery_pk, backend, 2, at, at, "sent", "", 1, "[]")
+                    )
+            counts["dispatches"] = dispatch_id
+        failed: list[tuple] = []
+        job_id = 0
+        with cur.copy(
+            "COPY hud_job (id, downstream_id, delivery_id, workflow_name, job_name, check_run_id,"
+            " event_type, pr_number, head_sha, ref, verified, source, run_id, run_attempt,"
+            " workflow_url, status, conclusion, closed_by_sweeper, in_progress_received_at,"
+            " completed_received_at, placed_at, updated_at, queue_seconds, execution_seconds,"
+            " timing_source, failed_tests_truncated, artifact_url) FROM STDIN"
+        ) as copy:
+            run_id = 10_000_000
+            for delivery_pk, event, pr, head, at in deliveries:
+                delivery_name = head if event == "nightly" else f"bench-{delivery_pk - 1}"
+                for backend in range(1, BACKENDS + 1):
+                    run_id += 1
+                    repo = f"bench-org{backend - 1:02d}/torch-accel"
+                    queue = rng.uniform(60, 1500)
+                    for job in JOB_NAMES:
+                        attempts = 1
+                        outcome = "failure" if rng.random() < FAILURE_RATE else "success"
+                        if outcome == "failure" and rng.random() < RERUN_RATE:
+                            attempts = 2
+                        begin = at + dt.timedelta(seconds=queue)
+                        for attempt in range(1, attempts + 1):
+                            job_id += 1
+                            execution = rng.uniform(900, 7200)
+                            done = begin + dt.timedelta(seconds=execution)
+                            conclusion = outcome if attempt == 1 else "success"
+                            in_progress = done > now
+                            copy.write_row(
+                                (job_id, backend, delivery_name, "crcr", job,
+                                 f"{run_id}-{attempt}-{job}", event, pr, head,
+                                 "refs/heads/main" if event == "push" else "", True, "callback",
+                                 run_id, attempt, f"https://github.com/{repo}/actions/runs/{run_id}",
+                                 "in_progress" if in_progress else "completed",
+                                 "" if in_progress else conclusion, False, begin,
+                                 None if in_progress else done, begin if in_progress else done,
+                                 done, queue if attempt == 1 else None,
+                                 None if in_progress else execution, "server", False, "")
+                            )  # fmt: skip
+                            if conclusion == "failure" and not in_progress:
+                                failed.append((job_id, job, rng.randint(0, 30)))
+                            begin = done + dt.timedelta(minutes=15)
+        counts["jobs"] = job_id
+        with cur.copy(
+            "COPY hud_failedtest (job_id, classname, name, message, stacktrace, duration)"
+            " FROM STDIN"
+        ) as copy:
+            for failed_job, job, test in failed:
+                copy.write_row(
+                    (failed_job, f"test_{job}.TestDevice", f"test_case_{test}",
+                     f"AssertionError: case {test} mismatched", "Traceback …", 1.5)
+                )  # fmt: skip
+        counts["failed_tests"] = len(failed)
+        tables = ("hud_downstream", "hud_delivery", "hud_dispatch", "hud_job", "hud_failedtest")
+        for table in tables:
+            cur.execute(
+                f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
+                f"(SELECT COALESCE(MAX(id), 1) FROM {table}))"
+            )
+    raw.commit()
+    with raw.cursor() as cur:
+        raw.autocommit = True
+        cur.execute("VACUUM ANALYZE")
+    return counts
+
+
+# --------------------------------------------------------------------------- measure
+
+
+def pages() -> dict[str, str]:
+    """The pages to time, on rows that exist in the bench data."""
+    from hud.models import Job
+
+    recent_pr = (
+        Job.objects.filter(event_type="pull_request", status="completed")
+        .order_by("-placed_at")
+        .values_list("pr_number", "head_sha")
+        .first()
+    )
+    return {
+        "summary /crcr": "/crcr",
+        "summary /crcr?days=30": "/crcr?days=30",
+        "backend /crcr/<org>/<repo>": "/crcr/bench-org20/torch-accel",
+        "backend, filtered": "/crcr/bench-org20/torch-accel?job=test-ops&conclusion=failure",
+        "backend L4 (gate to none)": "/crcr/bench-org00/torch-accel",
+        "PR /crcr/pr/<n>": f"/crcr/pr/{recent_pr[0]}",
+        "commit /crcr/commit/<sha>": f"/crcr/commit/{recent_pr[1]}",
+        "metrics /crcr/metrics": "/crcr/metrics",
+        "metrics, one backend": "/crcr/metrics?backend=bench-org20/torch-accel&tab=nightly",
+        "API /api/v1/backends/": "/api/v1/backends/",
+        "API /api/v1/metrics/daily": "/api/v1/metrics/daily?downstream=bench-org20/torch-accel",
+    }
+
+
+def measure(repeat: int) -> dict[str, dict[str, float]]:
+    """p50/p95 latency (ms) and SQL share of each page over `repeat` warm requests."""
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    client = Client()
+    results = {}
+    for name, url in pages().items():
+        assert client.get(url).status_code == 200, url  # warm caches and the plan cache
+        latencies, sql_shares, query_counts = [], [], []
+        for _ in range(repeat):
+            with CaptureQueriesContext(connection) as captured:
+                began = time.perf_counter()
+                response = client.get(url)
+                if getattr(response, "streaming", False):
+                    b"".join(response.streaming_content)
+                elapsed = time.perf_counter() - began
+            sql = sum(float(q["time"]) for q in captured.captured_queries)
+            latencies.append(elapsed * 1000)
+            sql_shares.append(sql / elapsed if elapsed else 0.0)
+            query_counts.append(len(captured))
+        latencies.sort()
+        results[name] = {
+            "p50_ms": statistics.median(latencies),
+            "p95_ms": latencies[min(len(latencies) - 1, round(0.95 * (len(latencies) - 1)))],
+            "sql_share": statistics.median(sql_shares),
+            "queries": statistics.median(query_counts),
+        }
+    return results
+
+
+def child(size: str, refill: bool, repeat: int) -> None:
+    """Fill (if needed) and measure one size; print JSON on the last line."""
+    total, days = SIZES[size]
+    database = f"crcr_bench_{size}"
+    must_fill = create_database(database, refill)
+    _setup_django(database)
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    counts = {}
+    if must_fill:
+        began = time.perf_counter()
+        counts = fill(total, days, now)
+        counts["fill_seconds"] = round(time.perf_counter() - began, 1)
+        print(f"[{size}] filled {counts}", file=sys.stderr)
+    from hud.models import Job
+
+    counts["jobs_in_db"] = Job.objects.count()
+    print(json.dumps({"size": size, "counts": counts, "pages": measure(repeat)}))
+
+
+def main() -> None:
+    """Run both sizes in subprocesses and print a Markdown table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=list(SIZES), help=argparse.SUPPRESS)
+    parser.add_argument("--refill", action="store_true", help="drop and refill the databases")
+    parser.add_argument("--repeat", type=int, default=15, help="requests per page (15)")
+    parser.add_argument("--only", choices=list(SIZES), help="measure one size")
+    args = parser.parse_args()
+    if args.size:
+        child(args.size, args.refill, args.repeat)
+        return
+    outputs = {}
+    for size in [args.only] if args.only else ["100k", "1m"]:
+        command = [sys.executable, __file__, "--size", size, "--repeat", str(args.repeat)]
+        if args.refill:
+            command.append("--refill")
+        done = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT)
+        sys.stderr.write(done.stderr[-2000:])
+        outputs[size] = json.loads(done.stdout.strip().splitlines()[-1])
+    print(json.dumps(outputs, indent=2), file=sys.stderr)
+    small, large = outputs.get("100k"), outputs.get("1m")
+    print("| page | 100k p50 / p95 ms | 1M p50 / p95 ms | 1M ÷ 100k (p50) | SQL share 100k / 1M |")
+    print("|---|---|---|---|---|")
+    for name in (large or small)["pages"]:
+        row = [name]
+        for result in (small, large):
+            figures = result["pages"][name] if result else None
+            row.append(f"{figures['p50_ms']:.0f} / {figures['p95_ms']:.0f}" if figures else "—")
+        if small and large:
+            ratio = large["pages"][name]["p50_ms"] / small["pages"][name]["p50_ms"]
+            row.append(f"{ratio:.2f}×")
+            row.append(
+                f"{small['pages'][name]['sql_share']:.0%} / {large['pages'][name]['sql_share']:.0%}"
+            )
+        else:
+            row += ["—", "—"]
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""One PNG per HUD page into docs/screenshots/, taken in headless Chromium.
+
+Usage (after `make demo`, so the database holds the demo history):
+
+    .venv/bin/python bench/screenshots.py                # starts its own server on a free port
+    .venv/bin/python bench/screenshots.py --base-url http://127.0.0.1:8010
+
+Not a test: the browser tests live in tests/pages/test_browser.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "docs" / "screenshots"
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--hide-scrollbars",
+)
+
+
+def browser(width: int = 1400, height: int = 1000) -> webdriver.Chrome:
+    """Headless Debian Chromium driven by chromedriver."""
+    options = webdriver.ChromeOptions()
+    options.binary_location = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--window-size={width},{height}")
+    service = Service(os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver"))
+    return webdriver.Chrome(options=options, service=service)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait(url: str, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.3)
+    raise SystemExit(f"server did not answer at {url}")
+
+
+def shoot(driver: webdriver.Chrome, url: str, name: str) -> None:
+    """Load `url`, let the charts draw, and save the full page as docs/screenshots/<name>.png."""
+    driver.get(url)
+    time.sleep(1.0)
+    height = driver.execute_script("return document.body.scrollHeight")
+    driver.set_window_size(1400, min(max(height, 800), 6000))
+    time.sleep(0.3)
+    path = OUT / f"{name}.png"
+    driver.save_screenshot(str(path))
+    print(f"wrote {path.relative_to(ROOT)}  ({url})")
+
+
+def run(base: str) -> None:
+    """Walk the pages the way a reader would and shoot each one."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    driver = browser()
+    try:
+        shoot(driver, f"{base}/", "landing")
+        shoot(driver, f"{base}/crcr", "summary")
+        driver.set_window_size(1400, 1000)
+        driver.get(f"{base}/crcr")
+        backend = driver.find_element(By.CSS_SELECTOR, "#summary tbody tr[data-backend] a")
+        backend_url = backend.get_attribute("href")
+        shoot(driver, backend_url, "backend")
+        driver.get(backend_url)
+        pr_link = driver.find_element(By.CSS_SELECTOR, "#pr-matrix .rowhead a")
+        pr_url = pr_link.get_attribute("href")
+        commit_url = driver.find_element(
+            By.CSS_SELECTOR, "#pr-matrix td a[href^='/crcr/commit/']"
+        ).get_attribute("href")
+        shoot(driver, pr_url, "pr")
+        shoot(driver, commit_url, "commit")
+        shoot(driver, f"{base}/crcr/metrics", "metrics")
+        shoot(driver, f"{base}/crcr/metrics?tab=nightly", "metrics-nightly")
+        shoot(driver, f"{base}/crcr/no/such-backend", "not-found")
+    finally:
+        driver.quit()
+
+
+def main() -> None:
+    """Parse arguments; start a local server unless --base-url is given."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base-url", help="a running HUD (default: start one)")
+    args = parser.parse_args()
+    if args.base_url:
+        run(args.base_url.rstrip("/"))
+        return
+    port = _free_port()
+    env = {**os.environ, "DEBUG": "1"}
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _wait(f"{base}/healthz")
+        run(base)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()

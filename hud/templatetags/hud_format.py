@@ -1,0 +1,159 @@
+"""Template helpers: status badges (symbol + word + colour), percentages, durations, intervals.
+
+Everything goes through `format_html`, so data is escaped; nothing is marked safe unescaped.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django import template
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from hud import clock
+from hud.stats import Estimate
+
+register = template.Library()
+
+# (css class, symbol, word, what it means): never colour alone.
+STATUSES: dict[str, tuple[str, str, str, str]] = {
+    "success": ("success", "✓", "success", "the latest attempt succeeded"),
+    "failure": ("failure", "✗", "failure", "the latest attempt failed"),
+    "in_progress": ("in_progress", "◔", "in progress", "started, not completed yet"),
+    "stuck": ("stuck", "⌛", "stuck", "in progress for more than 3 h"),
+    "timed_out": ("timed_out", "⏱", "timed out", "closed as timed out"),
+    "cancelled": ("cancelled", "⊘", "cancelled", "cancelled"),
+    "skipped": ("skipped", "↷", "skipped", "skipped (not counted)"),
+    "neutral": ("neutral", "○", "neutral", "neutral (not counted)"),
+    "pass": ("pass", "✓", "pass", "the criterion holds"),
+    "fail": ("fail", "✗", "fail", "the criterion does not hold"),
+    "insufficient_data": ("insufficient_data", "?", "insufficient data", "n below the minimum"),
+    "eligible": ("pass", "✓", "eligible", "every criterion passes"),
+    "not_eligible": ("fail", "✗", "not eligible", "at least one criterion fails"),
+    "keep": ("pass", "✓", "keep", "no demotion rule holds"),
+    "demote": ("fail", "✗", "demote", "a demotion rule holds"),
+    "expected": ("none", "…", "expected", "dispatch not sent yet"),
+    "pending": ("in_progress", "◔", "pending", "dispatched, no callback yet"),
+    "no_response": ("stuck", "∅", "no response", "dispatched, no callback within the settle time"),
+    "dispatch_failed": ("failure", "✗", "dispatch failed", "the dispatch could not be sent"),
+    "not_on_hud": ("none", "–", "L1", "L1 results are not stored"),
+    "stale": ("stuck", "⌛", "stale", "no result for longer than usual"),
+    "none": ("none", "·", "no data", "nothing reported"),
+}
+
+
+@register.simple_tag
+def status(key: str, label: str = "") -> SafeString:
+    """A badge: colour class, symbol and word (title says what it means)."""
+    css, symbol, word, meaning = STATUSES.get(key, ("none", "·", key or "unknown", ""))
+    return format_html(
+        '<span class="status status-{}" title="{}">{} {}</span>',
+        css,
+        meaning,
+        symbol,
+        label or word,
+    )
+
+
+@register.filter
+def symbol(key: str) -> str:
+    """The status symbol alone (for compact matrix cells, next to a title with the word)."""
+    return STATUSES.get(key, ("", "·", "", ""))[1]
+
+
+@register.filter
+def word(key: str) -> str:
+    """The status word alone."""
+    return STATUSES.get(key, ("", "", key, ""))[2]
+
+
+@register.filter
+def css(key: str) -> str:
+    """The status CSS suffix."""
+    return STATUSES.get(key, ("none",))[0]
+
+
+def _number(value: float | None, unit: str) -> str:
+    if value is None:
+        return "—"
+    if unit == "ratio":
+        return f"{value * 100:.1f}%"
+    if unit in ("seconds", "s"):
+        return duration(value)
+    if unit == "hours":
+        return f"{value:.1f} h"
+    if unit in ("days", "count"):
+        return f"{value:g}"
+    return f"{value:.4g}"
+
+
+@register.filter
+def pct(value: float | None) -> str:
+    """0.934 → 93.4%; None → —."""
+    return _number(value, "ratio")
+
+
+@register.filter
+def duration(seconds: float | None) -> str:
+    """Seconds as `1 h 05 min`, `12 min`, `45 s`; None → —."""
+    if seconds is None or seconds != seconds:
+        return "—"
+    seconds = float(seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    minutes = seconds / 60
+    if minutes < 90:
+        return f"{minutes:.0f} min"
+    hours, rest = divmod(round(minutes), 60)
+    return f"{hours} h {rest:02d} min"
+
+
+@register.filter
+def estimate_value(value: Estimate | None) -> str:
+    """An estimate's value in its unit."""
+    if value is None:
+        return "—"
+    return _number(value.value, value.unit)
+
+
+@register.filter
+def interval(value: Estimate | None) -> str:
+    """`[low – high]` of an estimate in its unit, or empty."""
+    if value is None or value.low is None or value.high is None or value.value is None:
+        return ""
+    return f"[{_number(value.low, value.unit)} – {_number(value.high, value.unit)}]"
+
+
+@register.filter
+def criterion_number(value: float | None, unit: str) -> str:
+    """A gate criterion's number in its unit."""
+    return _number(value, unit)
+
+
+@register.filter
+def ago(moment: dt.datetime | None) -> str:
+    """`3 h ago` relative to the injectable clock; — when unknown."""
+    if moment is None:
+        return "never"
+    seconds = (clock.now() - moment).total_seconds()
+    if seconds < 0:
+        return "just now"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min ago"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.0f} h ago"
+    return f"{seconds / 86400:.0f} d ago"
+
+
+@register.filter
+def short_sha(sha: str) -> str:
+    """The first 10 hex digits of a SHA."""
+    return (sha or "")[:10]
+
+
+@register.filter
+def get(mapping: dict, key: Any) -> Any:
+    """`mapping[key]` in a template."""
+    return mapping.get(key) if mapping else None

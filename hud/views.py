@@ -1,0 +1,227 @@
+"""Server-rendered HUD pages: parse the query string, call one `hud.pagedata` function, render.
+
+A malformed parameter is a 400 page naming it; an unknown backend, PR or SHA a 404 page.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlencode
+
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
+from django.shortcuts import render
+
+from hud import clock, pagedata, selectors
+from hud.pagedata import MatrixFilters
+
+SHA_PATTERN = re.compile(r"^[0-9a-fA-F]{7,64}$")
+REPO_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+PR_PATTERN = re.compile(r"^#?(\d{1,9})$")
+EVENT_TYPES = ("pull_request", "push", "nightly", "periodic")
+
+
+class BadParameter(Exception):
+    """A query-string parameter that cannot be used; the 400 page names it."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"{name}: {message}")
+        self.name = name
+        self.message = message
+
+
+def parse_int(query: QueryDict, name: str, low: int, high: int, default: int) -> int:
+    """An integer parameter within [low, high], or `default` when absent."""
+    raw = query.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise BadParameter(name, f"must be a whole number from {low} to {high}")
+    return int(raw)
+
+
+def parse_choice(query: QueryDict, name: str, choices: tuple[str, ...]) -> str | None:
+    """A parameter that must be one of `choices`, or None when absent."""
+    raw = query.get(name)
+    if not raw:
+        return None
+    if raw not in choices:
+        raise BadParameter(name, "must be one of " + ", ".join(choices))
+    return raw
+
+
+def parse_days(query: QueryDict, default: int = pagedata.DEFAULT_DAYS) -> int:
+    """`days`: the window length, 1 to 90."""
+    return parse_int(query, "days", 1, pagedata.MAX_DAYS, default)
+
+
+def parse_matrix_filters(query: QueryDict) -> MatrixFilters:
+    """Filters of the backend page: event_type, job, conclusion, pr."""
+    job = query.get("job") or None
+    if job is not None and len(job) > 255:
+        raise BadParameter("job", "must be at most 255 characters")
+    raw_pr = query.get("pr")
+    return MatrixFilters(
+        event_type=parse_choice(query, "event_type", EVENT_TYPES),
+        job_name=job,
+        conclusion=parse_choice(query, "conclusion", pagedata.MATRIX_CONCLUSIONS),
+        pr=None if not raw_pr else parse_int(query, "pr", 0, 10**9, 0),
+    )
+
+
+def bad_request(request: HttpRequest, error: BadParameter) -> HttpResponse:
+    """The 400 page naming the parameter."""
+    context = {"parameter": error.name, "message": error.message}
+    return render(request, "400.html", context, status=400)
+
+
+def not_found(request: HttpRequest, message: str) -> HttpResponse:
+    """The 404 page with what was not found."""
+    return render(request, "404.html", {"message": message}, status=404)
+
+
+def landing(request: HttpRequest) -> HttpResponse:
+    """`/`: what this is, in two sentences, and where to go."""
+    return render(request, "hud/landing.html", {"nav": "home"})
+
+
+def summary(request: HttpRequest) -> HttpResponse:
+    """`/crcr?days=N`: every backend grouped by level, worst first."""
+    try:
+        days = parse_days(request.GET)
+    except BadParameter as error:
+        return bad_request(request, error)
+    data = pagedata.summary(days, clock.now())
+    context = {
+        "nav": "summary",
+        "data": data,
+        "days": days,
+        "day_choices": (1, 7, 14, 30, 90),
+        "export": urlencode({"days": days}),
+    }
+    return render(request, "hud/summary.html", context)
+
+
+def backend(request: HttpRequest, org: str, repo: str) -> HttpResponse:
+    """`/crcr/<org>/<repo>`: a backend maintainer's page."""
+    try:
+        days = parse_days(request.GET)
+        filters = parse_matrix_filters(request.GET)
+        page = parse_int(request.GET, "page", 1, 10**6, 1)
+        nightly_page = parse_int(request.GET, "nightly_page", 1, 10**6, 1)
+    except BadParameter as error:
+        return bad_request(request, error)
+    data = pagedata.backend_page(
+        f"{org}/{repo}",
+        days=days,
+        now=clock.now(),
+        filters=filters,
+        page=page,
+        nightly_page=nightly_page,
+    )
+    if data is None:
+        return not_found(request, f"No backend {org}/{repo} is known here.")
+    return render(request, "hud/backend.html", _backend_context(request, data, days))
+
+
+def _backend_context(request: HttpRequest, data: pagedata.BackendPage, days: int) -> dict:
+    """Template context of the backend page: the data plus its shareable links."""
+    name = data.backend.full_name
+    filters = data.filters
+    jobs_query = {"downstream": name, "since": data.window.start.isoformat()}
+    if filters.event_type:
+        jobs_query["event_type"] = filters.event_type
+    if filters.job_name:
+        jobs_query["job_name"] = filters.job_name
+    if filters.conclusion in ("in_progress", "stuck"):
+        jobs_query["status"] = "in_progress"
+    elif filters.conclusion:
+        jobs_query["conclusion"] = filters.conclusion
+    if filters.pr is not None:
+        jobs_query["pr"] = str(filters.pr)
+    tests_query = {"downstream": name, "days": days}
+    if filters.event_type:
+        tests_query["event_type"] = filters.event_type
+    if filters.job_name:
+        tests_query["job_name"] = filters.job_name
+    base = request.GET.copy()
+    for key in ("page", "nightly_page"):
+        base.pop(key, None)
+    return {
+        "nav": "summary",
+        "data": data,
+        "days": days,
+        "day_choices": (1, 7, 14, 30, 90),
+        "jobs_export": urlencode(jobs_query),
+        "tests_export": urlencode(tests_query),
+        "daily_export": urlencode({"downstream": name, "days": days}),
+        "backend_export": urlencode({"days": days}),
+        "page_query": base.urlencode(),
+        "event_types": EVENT_TYPES,
+        "conclusions": pagedata.MATRIX_CONCLUSIONS,
+    }
+
+
+def pull_request(request: HttpRequest, number: int) -> HttpResponse:
+    """`/crcr/pr/<n>`: every backend's jobs for a PR, all head SHAs, newest first."""
+    data = pagedata.pr_page(number, clock.now())
+    if data is None:
+        return not_found(request, f"Nothing is known about PR #{number}.")
+    context = {"nav": "summary", "data": data, "number": number, "kind": "pr"}
+    return render(request, "hud/results.html", context)
+
+
+def commit(request: HttpRequest, sha: str) -> HttpResponse:
+    """`/crcr/commit/<sha>`: every backend's jobs for an upstream commit."""
+    if not SHA_PATTERN.match(sha):
+        error = BadParameter("sha", "must be a commit SHA or a prefix of at least 7 hex digits")
+        return bad_request(request, error)
+    data = pagedata.commit_page(sha.lower(), clock.now())
+    if data is None:
+        return not_found(request, f"Nothing is known about commit {sha}.")
+    context = {"nav": "summary", "data": data, "sha": sha.lower(), "kind": "commit"}
+    return render(request, "hud/results.html", context)
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    """`/crcr/metrics`: pass rate, failures and runs per day per backend."""
+    try:
+        days = parse_days(request.GET, pagedata.METRICS_DEFAULT_DAYS)
+        tab = parse_choice(request.GET, "tab", tuple(pagedata.METRICS_TABS)) or "pr"
+        name = request.GET.get("backend") or None
+        if name is not None and not REPO_PATTERN.match(name):
+            raise BadParameter("backend", "must be owner/repo")
+    except BadParameter as error:
+        return bad_request(request, error)
+    selected = None
+    if name is not None:
+        selected = selectors.backend(name)
+        if selected is None:
+            return not_found(request, f"No backend {name} is known here.")
+    data = pagedata.metrics_page(days, tab, clock.now(), selected)
+    export = {"days": days, "event_type": ",".join(pagedata.METRICS_TABS[tab])}
+    if selected is not None:
+        export["downstream"] = selected.full_name
+    keep = {"days": days, **({"backend": selected.full_name} if selected else {})}
+    context = {
+        "nav": "metrics",
+        "data": data,
+        "tabs": (("pr", "Pull requests"), ("trunk", "Trunk pushes"), ("nightly", "Nightly")),
+        "tab_query": urlencode(keep),
+        "export": urlencode(export),
+        "day_choices": (7, 14, 30, 60, 90),
+    }
+    return render(request, "hud/metrics.html", context)
+
+
+def go(request: HttpRequest) -> HttpResponse:
+    """`/crcr/go?q=`: the jump box; a PR number or a commit SHA."""
+    query = (request.GET.get("q") or "").strip()
+    pr = PR_PATTERN.match(query)
+    # Seven or more hex digits that are all digits are still a PR number up to 9 digits.
+    if pr:
+        return HttpResponseRedirect(f"/crcr/pr/{int(pr.group(1))}")
+    if SHA_PATTERN.match(query):
+        return HttpResponseRedirect(f"/crcr/commit/{query.lower()}")
+    return bad_request(
+        request, BadParameter("q", "enter a PR number (e.g. 171234) or a commit SHA (7+ hex)")
+    )

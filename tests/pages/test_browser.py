@@ -1,0 +1,130 @@
+"""The pages in headless Chromium: demo data loads, no console errors, links lead onward."""
+
+import os
+import shutil
+from urllib.parse import urlparse
+
+import pytest
+
+from hud import clock, demo
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--window-size=1400,1000",
+)
+
+
+@pytest.fixture
+def browser():
+    """A headless Chromium with its console log readable."""
+    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
+        pytest.skip("chromium and chromium-driver are not installed")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in FLAGS:
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def demo_data(settings):
+    """The demo history, ending now (the pages read the real clock in a live server)."""
+    settings.DEBUG = False
+    demo.build(clock.now(), log=lambda _: None)
+
+
+def console_errors(driver) -> list[str]:
+    """SEVERE browser-console entries since the last call."""
+    return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def load(driver, url: str):
+    """Open `url`, waiting until the document and any charts are drawn."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(url)
+    WebDriverWait(driver, 20).until(
+        lambda d: d.execute_script(
+            "return document.readyState === 'complete' && "
+            "[...document.querySelectorAll('[data-figure]')]"
+            ".every(el => el.dataset.drawn === 'true')"
+        )
+    )
+
+
+def test_every_page_loads_with_demo_data_and_no_console_errors(browser, live_server, demo_data):
+    from selenium.webdriver.common.by import By
+
+    base = live_server.url
+    load(browser, f"{base}/crcr")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#summary tr[data-backend]")
+    assert len(rows) == len(demo.PROFILES) + 1
+    assert "Pass rate" in browser.find_element(By.CSS_SELECTOR, "#summary thead").text
+
+    load(browser, f"{base}/crcr/ascend/torch-npu")
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".card.stat")) >= 12
+    assert browser.find_elements(By.CSS_SELECTOR, "#pr-matrix td.cell")
+    assert browser.find_elements(By.CSS_SELECTOR, "#nightly-matrix td.cell")
+    assert browser.find_elements(By.CSS_SELECTOR, "#chart-pass-rate + *, [data-figure] svg")
+
+    load(browser, f"{base}/crcr/furiosa/torch-rngd?conclusion=stuck")
+    assert browser.find_elements(By.CSS_SELECTOR, "#pr-matrix td[data-status='stuck']")
+
+    load(browser, f"{base}/crcr/metrics")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "[data-figure] svg")) >= 3
+    load(browser, f"{base}/crcr/metrics?tab=nightly&backend=ibm/torch-spyre")
+    load(browser, f"{base}/")
+    assert console_errors(browser) == []
+
+    load(browser, f"{base}/crcr/no/such-backend")
+    assert "Not found" in browser.find_element(By.TAG_NAME, "h1").text
+    # The only console entry is the 404 status of the page itself.
+    assert all("no/such-backend" in e for e in console_errors(browser))
+
+
+def test_reader_clicks_from_summary_to_backend_to_pr_and_commit(browser, live_server, demo_data):
+    from selenium.webdriver.common.by import By
+
+    load(browser, f"{live_server.url}/crcr")
+    browser.find_element(By.LINK_TEXT, "ascend/torch-npu").click()
+    load(browser, browser.current_url)
+    assert urlparse(browser.current_url).path == "/crcr/ascend/torch-npu"
+
+    pr_link = browser.find_element(By.CSS_SELECTOR, "#pr-matrix .rowhead a")
+    number = pr_link.text.lstrip("#")
+    pr_link.click()
+    load(browser, browser.current_url)
+    assert urlparse(browser.current_url).path == f"/crcr/pr/{number}"
+    sections = browser.find_elements(By.CSS_SELECTOR, "section.backend-results")
+    assert len(sections) >= 4
+    assert browser.find_elements(By.CSS_SELECTOR, "span.status")
+
+    browser.find_element(
+        By.CSS_SELECTOR, "section.backend-results a[href^='/crcr/commit/']"
+    ).click()
+    load(browser, browser.current_url)
+    assert urlparse(browser.current_url).path.startswith("/crcr/commit/")
+
+    jump = browser.find_element(By.ID, "jump")
+    jump.send_keys(number)
+    jump.submit()
+    load(browser, browser.current_url)
+    assert urlparse(browser.current_url).path == f"/crcr/pr/{number}"
+    assert console_errors(browser) == []
