@@ -5,8 +5,12 @@ work to an in-process pool after commit instead.
 """
 
 import os
+from typing import Any
 
 from celery import Celery
+from celery.signals import setup_logging, task_postrun, task_prerun
+
+from config.logging_context import request_id_var, task_request_id
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -26,3 +30,28 @@ app.conf.beat_schedule = {
     "crcr.check_backends": {"task": "crcr.check_backends", "schedule": 900.0},
     "crcr.reconcile_notifications": {"task": "crcr.reconcile_notifications", "schedule": 60.0},
 }
+
+
+@task_prerun.connect
+def _bind_request_id(task: Any = None, **kwargs: Any) -> None:
+    """A task's log lines carry the id of the request that enqueued it (none for beat's)."""
+    request_id_var.set(task_request_id(task.request) if task is not None else None)
+
+
+@task_postrun.connect
+def _forget_request_id(**kwargs: Any) -> None:
+    """The worker's next task starts without an id of its own."""
+    request_id_var.set(None)
+
+
+@setup_logging.connect
+def _use_django_logging(**kwargs: Any) -> None:
+    """Keep Django's LOGGING on workers and beat (JSON lines with the request id).
+
+    With a receiver here Celery does not replace the root logger's handlers with its own.
+    """
+    from logging.config import dictConfig
+
+    from django.conf import settings
+
+    dictConfig(settings.LOGGING)

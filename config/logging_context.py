@@ -3,6 +3,10 @@
 The id lives in a context variable, so it follows the request through threads of the same
 context (gunicorn's sync workers, runserver) without being passed around, and a logging filter
 copies it onto each record; the JSON formatter then writes it as `"request_id"`.
+
+Tasks carry it too: `hud.tasks.enqueue` sends it as a Celery message header (or hands it to the
+in-process pool's thread), and config.celery binds it while the task runs, so a task's log
+lines share the id of the request that caused them.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 
 HEADER = "X-Request-ID"
+# The Celery message header carrying the enqueuing request's id to the task (config.celery).
+REQUEST_ID_TASK_HEADER = "crcr_request_id"
 # Letters, digits and a few punctuation marks only: the id is echoed into headers and logs,
 # so nothing that could split a header, forge a log field or carry a secret of real length.
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,63}")
@@ -70,6 +76,19 @@ class RequestIdMiddleware:
         response = self.get_response(request)
         response[HEADER] = request_id
         return response
+
+
+def task_request_id(task_request: object) -> str | None:
+    """The request id a Celery task was enqueued with (a message header), if usable.
+
+    On a worker custom headers become attributes of `task.request`; `Task.apply(headers=...)`
+    keeps them in `task.request.headers`.
+    """
+    value = getattr(task_request, REQUEST_ID_TASK_HEADER, None)
+    if value is None:
+        headers = getattr(task_request, "headers", None) or {}
+        value = headers.get(REQUEST_ID_TASK_HEADER) if isinstance(headers, dict) else None
+    return clean_request_id(value) if isinstance(value, str) else None
 
 
 @receiver(request_finished)

@@ -127,9 +127,11 @@ CACHE_URL = env("CACHE_URL")
 if CACHE_URL:
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            # RedisCache that degrades (miss, drop) while Redis is down: see config/cache.py.
+            "BACKEND": "config.cache.TolerantRedisCache",
             "LOCATION": CACHE_URL,
             "KEY_PREFIX": "crcr",
+            "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
         }
     }
 else:

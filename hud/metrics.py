@@ -7,9 +7,15 @@ Two kinds, chosen by where the truth lives:
   answer; with `PROMETHEUS_MULTIPROC_DIR` set, prometheus-client writes each process's counters
   to files there and a scrape adds them up (gunicorn.conf.py empties the folder at start and
   marks dead workers). Without it (runserver, tests) they live in memory.
-* State (jobs in progress, pending dispatches and their age, sweeper closes, queue depth) is
-  read from PostgreSQL and the broker when scraped, so every web process and every host reports
-  the same numbers no matter which process did the work (the sweeper runs in a Celery worker).
+* State (jobs in progress, pending dispatches and their age, sweeper closes, queue depth,
+  reconciler lag and failing mirror rows) is read from PostgreSQL and the broker when scraped,
+  so every web process and every host reports the same numbers no matter which process did the
+  work (the sweeper, the senders and the reconcilers run in Celery workers).
+
+`MIRROR_ERRORS` is the one counter bumped outside a web process (hud.mirror, where a GitHub
+call fails): it is exported only by processes that share the scrape's counters (the embedded
+in-process pool, or a worker given the same `PROMETHEUS_MULTIPROC_DIR`); the
+`crcr_mirror_failing` gauge is the same signal read from the database, valid on every set-up.
 """
 
 from __future__ import annotations
@@ -19,10 +25,12 @@ import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError
-from django.db.models import Min
+from django.db.models import Count, F, Min, Q, QuerySet
+from django.db.models.functions import Coalesce
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -30,7 +38,15 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import REGISTRY, Collector
 
 from hud import clock
-from hud.models import Dispatch, Job
+from hud.models import (
+    CheckRunMirror,
+    Dispatch,
+    GateCheck,
+    Job,
+    Notification,
+    OncallComment,
+    RerunRequest,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +60,12 @@ INGEST_OUTCOMES = Counter(
     "Ingestion answers by endpoint (callback, forward, webhook) and outcome: the status of an "
     "accepted body (created, updated, duplicate, …) or the error code of a refused one.",
     ["endpoint", "outcome"],
+)
+MIRROR_ERRORS = Counter(
+    "crcr_mirror_github_errors",
+    "Failed GitHub calls of the mirror (hud.mirror) by kind (check_run, gate, oncall_comment, "
+    "rerun) and outcome (retry, given_up), counted in the process that made the call.",
+    ["kind", "outcome"],
 )
 
 SWEEPER_WINDOW = dt.timedelta(hours=24)
@@ -80,6 +102,87 @@ def queue_depth() -> QueueDepth:
     return QueueDepth("inprocess", pending)
 
 
+def _mirror_window(now: dt.datetime) -> tuple[dt.datetime, int]:
+    """The reconciler's window (older rows are never retried) and its attempt limit."""
+    seconds = int(getattr(settings, "CRCR_MIRROR_WINDOW_SECONDS", 3 * 86400))
+    return now - dt.timedelta(seconds=seconds), int(
+        getattr(settings, "CRCR_MIRROR_MAX_ATTEMPTS", 10)
+    )
+
+
+def _backlog(rows: QuerySet, since: Any) -> tuple[int, dt.datetime | None]:
+    """How many rows wait to be sent and since when the oldest waits."""
+    found = rows.aggregate(count=Count("id"), oldest=Min(since))
+    return int(found["count"]), found["oldest"]
+
+
+def reconciler_backlogs(now: dt.datetime) -> dict[str, tuple[int, dt.datetime | None]]:
+    """Per queue: rows not yet on GitHub (or not yet sent) and the oldest one's start.
+
+    Mirror rows count while the reconciler would still retry them (inside its window, attempts
+    left); a check run from when the job state it shows was recorded. Per-job check runs are
+    bounded by the job's placed_at (indexed), the small per-SHA and per-PR tables by created_at.
+    """
+    window, max_attempts = _mirror_window(now)
+    unsent = Q(resync=True) | Q(check_run_id__isnull=True) | ~Q(sent_hash=F("desired_hash"))
+    check_runs = CheckRunMirror.objects.filter(
+        job__placed_at__gte=window, wanted=True, attempts__lt=max_attempts
+    ).filter(unsent)
+    gates = (
+        GateCheck.objects.filter(created_at__gte=window, attempts__lt=max_attempts)
+        .exclude(desired_hash="")
+        .filter(unsent)
+    )
+    comments = (
+        OncallComment.objects.filter(created_at__gte=window, attempts__lt=max_attempts)
+        .exclude(desired_hash="")
+        .filter(Q(resync=True) | ~Q(last_body_hash=F("desired_hash")))
+    )
+    reruns = RerunRequest.objects.filter(
+        outcome=RerunRequest.Outcome.PENDING, created_at__gte=window, attempts__lt=max_attempts
+    )
+    return {
+        "dispatch": _backlog(
+            Dispatch.objects.filter(outcome=Dispatch.Outcome.PENDING), "created_at"
+        ),
+        "check_run": _backlog(check_runs, Coalesce("source_updated_at", "created_at")),
+        "gate": _backlog(gates, Coalesce("evaluated_at", "created_at")),
+        "oncall_comment": _backlog(comments, "created_at"),
+        "rerun": _backlog(reruns, "created_at"),
+        "notification": _backlog(
+            Notification.objects.filter(status=Notification.Status.PENDING), "created_at"
+        ),
+    }
+
+
+def mirror_failing(now: dt.datetime) -> dict[tuple[str, str], int]:
+    """Mirror rows inside the reconciler's window whose last GitHub call failed.
+
+    `retrying`: the last attempt failed and attempts remain; `given_up`: attempts exhausted or
+    refused outright (left alone until the state to show changes).
+    """
+    window, max_attempts = _mirror_window(now)
+    failing: dict[tuple[str, str], int] = {}
+    for kind, rows in (
+        ("check_run", CheckRunMirror.objects.filter(job__placed_at__gte=window)),
+        ("gate", GateCheck.objects.filter(created_at__gte=window)),
+        ("oncall_comment", OncallComment.objects.filter(created_at__gte=window)),
+    ):
+        found = rows.exclude(last_error="").aggregate(
+            retrying=Count("id", filter=Q(attempts__lt=max_attempts)),
+            given_up=Count("id", filter=Q(attempts__gte=max_attempts)),
+        )
+        failing[(kind, "retrying")] = int(found["retrying"])
+        failing[(kind, "given_up")] = int(found["given_up"])
+    reruns = RerunRequest.objects.filter(created_at__gte=window).aggregate(
+        retrying=Count("id", filter=Q(outcome=RerunRequest.Outcome.PENDING) & ~Q(reason="")),
+        given_up=Count("id", filter=Q(outcome=RerunRequest.Outcome.FAILED)),
+    )
+    failing[("rerun", "retrying")] = int(reruns["retrying"])
+    failing[("rerun", "given_up")] = int(reruns["given_up"])
+    return failing
+
+
 def _gauge(name: str, documentation: str, value: float, **labels: str) -> GaugeMetricFamily:
     family = GaugeMetricFamily(name, documentation, labels=list(labels))
     family.add_metric(list(labels.values()), value)
@@ -114,6 +217,8 @@ class StateCollector(Collector):
                 closed_by_sweeper=True,
                 completed_received_at__gte=now - SWEEPER_WINDOW,
             ).count()
+            backlogs = reconciler_backlogs(now)
+            failing = mirror_failing(now)
         except DatabaseError as error:
             logger.warning("metrics: database unavailable", extra={"error": type(error).__name__})
             yield _gauge("crcr_database_up", "Whether the scrape could read the database.", 0)
@@ -136,6 +241,31 @@ class StateCollector(Collector):
             "Jobs the sweeper closed as timed_out in the last 24 hours (and still closed so).",
             swept,
         )
+        backlog = GaugeMetricFamily(
+            "crcr_reconciler_backlog",
+            "Rows waiting to reach GitHub or a notification target, by queue (dispatch, "
+            "check_run, gate, oncall_comment, rerun, notification).",
+            labels=["queue"],
+        )
+        age = GaugeMetricFamily(
+            "crcr_reconciler_lag_seconds",
+            "Age of the oldest row still waiting, by queue: how far senders and reconcilers lag.",
+            labels=["queue"],
+        )
+        for queue, (count, since) in backlogs.items():
+            backlog.add_metric([queue], count)
+            age.add_metric([queue], max((now - since).total_seconds(), 0.0) if since else 0.0)
+        yield backlog
+        yield age
+        failures = GaugeMetricFamily(
+            "crcr_mirror_failing",
+            "Mirror rows (inside the reconciler window) whose last GitHub call failed, by kind "
+            "and state (retrying, given_up).",
+            labels=["kind", "state"],
+        )
+        for (kind, state), count in failing.items():
+            failures.add_metric([kind, state], count)
+        yield failures
 
 
 def multiprocess_dir() -> str | None:

@@ -40,7 +40,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef, Q
 
-from hud import clock, github, notifications, relay
+from hud import clock, github, metrics, notifications, relay
 from hud.models import (
     CheckRunMirror,
     Delivery,
@@ -276,6 +276,14 @@ def _run_claimed(
     return outcome
 
 
+# hud.metrics' `kind` label of each mirrored model.
+_METRIC_KINDS = {
+    "CheckRunMirror": "check_run",
+    "GateCheck": "gate",
+    "OncallComment": "oncall_comment",
+}
+
+
 def _failed_attempt(
     model: type,
     row: Any,
@@ -285,7 +293,15 @@ def _failed_attempt(
     retry_after: float | None,
 ) -> SyncOutcome:
     attempts = row.attempts + 1
-    if retryable and attempts < _max_attempts():
+    given_up = not retryable
+    if retryable:
+        # GitHub being down or rate-limiting us (5xx, 429, secondary limits, network) is never
+        # a reason to give up: the row keeps its place in the reconciler, backing off at the
+        # longest step, until GitHub answers. Only a refusal (4xx) gives up.
+        attempts = min(attempts, _max_attempts() - 1)
+    kind = _METRIC_KINDS.get(model.__name__, model.__name__)
+    metrics.MIRROR_ERRORS.labels(kind, "given_up" if given_up else "retry").inc()
+    if not given_up:
         _write(model, row.id, claimed_at, attempts=attempts, last_error=_error_text(error))
         logger.warning(
             "mirror attempt failed",
@@ -1012,11 +1028,14 @@ def _not_mirrored_reason(job: Job, level: int, labels: set[str]) -> str:
     return "not mirrored yet"
 
 
-def pr_mirror_state(pr_number: int, now: dt.datetime | None = None) -> dict[str, Any]:
+def pr_mirror_state(
+    pr_number: int, now: dt.datetime | None = None, *, latest_gate_only: bool = False
+) -> dict[str, Any]:
     """What this PR shows on GitHub: the gate of each head SHA and each job's check run.
 
     Plain dicts, newest head SHA first; `gate` is the latest head SHA's gate (or None when
-    nothing was dispatched for the PR).
+    nothing was dispatched for the PR). `latest_gate_only` evaluates just that gate (the PR
+    page), so the page's queries do not grow with the PR's pushes.
     """
     now = now or clock.now()
     deliveries = list(
@@ -1034,7 +1053,10 @@ def pr_mirror_state(pr_number: int, now: dt.datetime | None = None) -> dict[str,
             "delivery__head_sha", flat=True
         )
     )
-    gates = [gate_state(sha, now) for sha in head_shas if sha in dispatched]
+    gate_shas = [sha for sha in head_shas if sha in dispatched]
+    if latest_gate_only:
+        gate_shas = gate_shas[:1]
+    gates = [gate_state(sha, now) for sha in gate_shas]
     jobs = (
         Job.objects.filter(pr_number=pr_number, event_type="pull_request")
         .select_related("downstream", "mirror")
@@ -1223,6 +1245,7 @@ def send_rerun(rerun_id: int) -> SyncOutcome:
                 result = client.rerun_run(repo, row.run_id)
     except github.GitHubError as error:
         retryable = error.retryable and row.attempts < _max_attempts()
+        metrics.MIRROR_ERRORS.labels("rerun", "retry" if retryable else "given_up").inc()
         if retryable:
             RerunRequest.objects.filter(id=rerun_id, claimed_at=now).update(
                 reason=_error_text(error)
@@ -1233,6 +1256,7 @@ def send_rerun(rerun_id: int) -> SyncOutcome:
         )
         return SyncOutcome(SyncResult.FAILED, detail=_error_text(error))
     except (github.GitHubConfigError, ValueError) as error:
+        metrics.MIRROR_ERRORS.labels("rerun", "given_up").inc()
         RerunRequest.objects.filter(id=rerun_id, claimed_at=now).update(
             outcome=RerunRequest.Outcome.FAILED, reason=_error_text(error)
         )

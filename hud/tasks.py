@@ -5,6 +5,7 @@ commits. Without a broker (the embedded default) the task runs after commit on a
 in-process thread pool, never inside the request that enqueued it.
 """
 
+import functools
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +15,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import close_old_connections, transaction
 
+from config.logging_context import REQUEST_ID_TASK_HEADER, current_request_id, request_id_var
 from hud import ingest, promotion
 
 logger = logging.getLogger(__name__)
@@ -41,23 +43,44 @@ def _in_process_pool() -> ThreadPoolExecutor:
         return _pool
 
 
-def _run_in_process(task: Any, args: tuple) -> None:
+def _run_in_process(task: Any, args: tuple, request_id: str | None = None) -> None:
     close_old_connections()
+    # The pool's threads do not share the request's context: carry its id over for the logs.
+    request_id_var.set(request_id)
     try:
         task.run(*args)
     except Exception:
         # The periodic reconciler re-enqueues what a failed in-process run left behind.
         logger.exception("in-process task failed", extra={"task": task.name})
     finally:
+        request_id_var.set(None)
         close_old_connections()
 
 
+def _send_to_broker(task: Any, args: tuple, request_id: str | None = None) -> None:
+    try:
+        # The enqueuing request's id rides along; config.celery binds it on the worker.
+        task.apply_async(args=args, headers={REQUEST_ID_TASK_HEADER: request_id})
+    except Exception:
+        # The broker is down (Redis stopped). The work is already committed and the periodic
+        # reconcilers re-send it; raising here would turn a stored callback into a 500.
+        logger.exception(
+            "could not enqueue task; the reconciler will re-send it", extra={"task": task.name}
+        )
+
+
 def enqueue(task: Any, *args: Any) -> None:
-    """Run `task(*args)` after the current transaction commits, on the broker or in-process."""
+    """Run `task(*args)` after the current transaction commits, on the broker or in-process.
+
+    A broker that refuses the message is logged, never raised: the request that committed the
+    work still succeeds, and the periodic reconcilers pick the work up from the database.
+    """
+    request_id = current_request_id()  # the task's log lines carry the enqueuing request's id
     if settings.CELERY_BROKER_URL:
-        transaction.on_commit(lambda: task.apply_async(args=args))
+        transaction.on_commit(lambda: _send_to_broker(task, args, request_id))
     else:
-        transaction.on_commit(lambda: _in_process_pool().submit(_run_in_process, task, args))
+        runner = functools.partial(_run_in_process, request_id=request_id)
+        transaction.on_commit(lambda: _in_process_pool().submit(runner, task, args))
 
 
 @shared_task(name="crcr.sweep_zombies", **TASK_OPTIONS)

@@ -12,11 +12,22 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import redis
 
-from hud import ingest, metrics, tasks
-from hud.models import Dispatch, Job, Level
+from hud import ingest, metrics, mirror, tasks
+from hud.models import (
+    CheckRunMirror,
+    Dispatch,
+    GateCheck,
+    Job,
+    Level,
+    Notification,
+    OncallComment,
+    RerunRequest,
+)
 from hud.payload import parse_callback
+from tests.mirror.conftest import L4, env  # noqa: F401  (the mirror's fixture, by name)
 from tests.ops.conftest import metric, scrape
 from tests.support import builders
+from tests.support.fake_github import Canned
 
 pytestmark = pytest.mark.django_db
 REPO = "org/repo"
@@ -44,6 +55,9 @@ def test_metrics_is_prometheus_text_with_counters_and_gauges(client):
         "crcr_dispatches_pending",
         "crcr_dispatch_oldest_pending_age_seconds",
         "crcr_sweeper_closed_jobs_24h",
+        'crcr_reconciler_lag_seconds{queue="check_run"}',
+        'crcr_reconciler_backlog{queue="notification"}',
+        'crcr_mirror_failing{kind="gate",state="given_up"}',
         'crcr_task_queue_depth{backend="inprocess"}',
         "crcr_database_up 1.0",
     ):
@@ -183,3 +197,152 @@ def test_metrics_token_requires_the_bearer(client, settings):
     assert client.get("/metrics", HTTP_AUTHORIZATION="Basic s3cret-scrape").status_code == 401
     assert scrape(client, HTTP_AUTHORIZATION="Bearer s3cret-scrape")
     assert client.post("/metrics").status_code == 405
+
+
+def _job(backend, run_id: int) -> Job:
+    body = builders.callback_body(run_id=run_id, job_name=f"job-{run_id}")
+    ingest.store(backend, parse_callback(body, REPO), source=Job.Source.CALLBACK)
+    return Job.objects.get(run_id=run_id)
+
+
+def test_reconciler_lag_and_failing_mirror_rows_are_read_at_scrape_time(
+    client, frozen_clock, settings
+):
+    now = frozen_clock()
+    ago = lambda **delta: now - dt.timedelta(**delta)  # noqa: E731
+    max_attempts = mirror._max_attempts()
+    backend = builders.downstream(REPO, Level.L4)
+    # Check runs: one waiting for 5 minutes, one sent, one given up (not waiting: failing).
+    CheckRunMirror.objects.create(
+        job=_job(backend, 1),
+        wanted=True,
+        desired_hash="b",
+        sent_hash="a",
+        check_run_id=7,
+        source_updated_at=ago(minutes=5),
+        created_at=ago(minutes=9),
+    )
+    CheckRunMirror.objects.create(
+        job=_job(backend, 2),
+        wanted=True,
+        desired_hash="a",
+        sent_hash="a",
+        check_run_id=8,
+        created_at=ago(hours=1),
+    )
+    CheckRunMirror.objects.create(
+        job=_job(backend, 3),
+        wanted=True,
+        desired_hash="c",
+        attempts=max_attempts,
+        last_error="422 Invalid",
+        created_at=ago(hours=2),
+    )
+    # Gates: one retrying after a failed create (evaluated a minute ago), one given up.
+    GateCheck.objects.create(
+        head_sha="a" * 40,
+        desired_hash="d",
+        attempts=2,
+        last_error="503",
+        evaluated_at=ago(minutes=1),
+        created_at=ago(minutes=3),
+    )
+    GateCheck.objects.create(
+        head_sha="b" * 40,
+        desired_hash="d",
+        attempts=max_attempts,
+        last_error="403",
+        created_at=ago(minutes=30),
+    )
+    # Beyond the reconciler's window: never retried again, so neither lag nor failure.
+    settings.CRCR_MIRROR_WINDOW_SECONDS = 86400
+    GateCheck.objects.create(
+        head_sha="c" * 40, desired_hash="d", attempts=1, last_error="503", created_at=ago(days=2)
+    )
+    OncallComment.objects.create(
+        pr_number=5, downstream=backend, desired_hash="x", created_at=ago(minutes=4)
+    )
+    RerunRequest.objects.create(
+        downstream=backend,
+        run_id=1,
+        kind="all",
+        delivery_id="r1",
+        created_at=ago(seconds=90),
+        attempts=1,
+        reason="502 Bad Gateway",
+    )
+    RerunRequest.objects.create(
+        downstream=backend,
+        run_id=2,
+        kind="all",
+        delivery_id="r2",
+        created_at=ago(hours=3),
+        outcome=RerunRequest.Outcome.FAILED,
+        reason="404",
+    )
+    Notification.objects.create(
+        event_key="k1",
+        event="warning:1:opened",
+        event_type="demotion_warning",
+        kind="email",
+        recipient="a@example.org",
+        payload={},
+        created_at=ago(minutes=10),
+    )
+    Notification.objects.create(
+        event_key="k2",
+        event="warning:2:opened",
+        event_type="demotion_warning",
+        kind="email",
+        recipient="a@example.org",
+        payload={},
+        status=Notification.Status.SENT,
+        created_at=ago(hours=5),
+    )
+
+    text = scrape(client)
+
+    def lag(queue: str) -> float:
+        return metric(text, "crcr_reconciler_lag_seconds", queue=queue)
+
+    def backlog(queue: str) -> float:
+        return metric(text, "crcr_reconciler_backlog", queue=queue)
+
+    assert (backlog("check_run"), lag("check_run")) == (1, 300)
+    assert (backlog("gate"), lag("gate")) == (1, 60)
+    assert (backlog("oncall_comment"), lag("oncall_comment")) == (1, 240)
+    assert (backlog("rerun"), lag("rerun")) == (1, 90)
+    assert (backlog("notification"), lag("notification")) == (1, 600)
+    assert (backlog("dispatch"), lag("dispatch")) == (0, 0)
+
+    def failing(kind: str, state: str) -> float:
+        return metric(text, "crcr_mirror_failing", kind=kind, state=state)
+
+    assert failing("check_run", "given_up") == 1 and failing("check_run", "retrying") == 0
+    assert failing("gate", "retrying") == 1 and failing("gate", "given_up") == 1
+    assert failing("oncall_comment", "retrying") == failing("oncall_comment", "given_up") == 0
+    assert failing("rerun", "retrying") == 1 and failing("rerun", "given_up") == 1
+
+    # Sent at last: the lag falls back to zero on the next scrape.
+    CheckRunMirror.objects.filter(sent_hash="a", desired_hash="b").update(sent_hash="b")
+    text = scrape(client)
+    assert (backlog("check_run"), lag("check_run")) == (0, 0)
+
+
+def test_a_github_outage_counts_mirror_errors_and_shows_failing_rows(env, client):  # noqa: F811
+    before = scrape(client)
+    guid, body = env.fan_out()
+    env.github.set_outage(Canned.server_error(503))
+    env.callback(L4, guid, body, job_name="build")
+    after = scrape(client)
+
+    def delta(**labels: str) -> float:
+        name = "crcr_mirror_github_errors_total"
+        return metric(after, name, **labels) - metric(before, name, **labels)
+
+    failing = CheckRunMirror.objects.exclude(last_error="").count()
+    assert failing >= 1
+    assert delta(kind="check_run", outcome="retry") == failing
+    assert delta(kind="gate", outcome="retry") >= 1
+    assert metric(after, "crcr_mirror_failing", kind="check_run", state="retrying") == failing
+    assert metric(after, "crcr_reconciler_backlog", queue="check_run") == failing
