@@ -41,6 +41,11 @@ lint: venv
 clean:
 	rm -rf $(VENV) db.sqlite3* test-db.sqlite3* staticfiles
 
+## make screenshots: one PNG per page into docs/screenshots/ (the README tour), taken in headless
+## Chromium (Debian `chromium chromium-driver`; symbols need only fonts-dejavu-core). Not a test.
+screenshots: demo
+	$(PY) bench/screenshots.py
+
 ## make bench: ingestion throughput against its floor (bench/ingest.py), and the page timings
 ## (bench/pages.py) when present. Each starts what it needs and cleans up; needs PostgreSQL.
 bench: venv

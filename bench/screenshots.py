@@ -1,6 +1,6 @@
 """One PNG per HUD page into docs/screenshots/, taken in headless Chromium.
 
-Usage (after `make demo`, so the database holds the demo history):
+Usage (after `make demo`, so the database holds the demo history; `make screenshots` does both):
 
     .venv/bin/python bench/screenshots.py                # starts its own server on a free port
     .venv/bin/python bench/screenshots.py --base-url http://127.0.0.1:8010
@@ -18,6 +18,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -65,10 +66,18 @@ def _wait(url: str, seconds: float = 30) -> None:
     raise SystemExit(f"server did not answer at {url}")
 
 
-def shoot(driver: webdriver.Chrome, url: str, name: str) -> None:
-    """Load `url`, let the charts draw, and save the full page as docs/screenshots/<name>.png."""
+def shoot(driver: webdriver.Chrome, url: str, name: str, open_details: str = "") -> None:
+    """Load `url`, let the charts draw, and save the full page as docs/screenshots/<name>.png.
+
+    `open_details`: a CSS selector of <details> elements to open first (the first match).
+    """
     driver.get(url)
     time.sleep(1.0)
+    if open_details:
+        driver.execute_script(
+            "const d = document.querySelector(arguments[0]); if (d) { d.open = true; }",
+            open_details,
+        )
     height = driver.execute_script("return document.body.scrollHeight")
     driver.set_window_size(1400, min(max(height, 800), 6000))
     time.sleep(0.3)
@@ -90,15 +99,26 @@ def run(base: str) -> None:
         backend_url = backend.get_attribute("href")
         shoot(driver, backend_url, "backend")
         driver.get(backend_url)
-        pr_link = driver.find_element(By.CSS_SELECTOR, "#pr-matrix .rowhead a")
-        pr_url = pr_link.get_attribute("href")
-        commit_url = driver.find_element(
-            By.CSS_SELECTOR, "#pr-matrix td a[href^='/crcr/commit/']"
+        # A PR with a failing job, so the tour shows our verdicts and a blocking gate.
+        failing = driver.find_elements(
+            By.XPATH, "//table[@id='pr-matrix']//tr[td[@data-status='failure'] and th/a]"
+        )
+        row = failing[0] if failing else driver.find_element(By.CSS_SELECTOR, "#pr-matrix tbody tr")
+        pr_url = row.find_element(By.CSS_SELECTOR, ".rowhead a").get_attribute("href")
+        commit_url = row.find_element(By.CSS_SELECTOR, "td a[href^='/crcr/commit/']").get_attribute(
+            "href"
+        )
+        shoot(driver, pr_url, "pr", open_details="[data-our-verdict] details.evidence")
+        shoot(driver, commit_url, "commit", open_details="[data-our-verdict] details.evidence")
+        driver.get(pr_url)
+        delivery_url = driver.find_element(
+            By.CSS_SELECTOR, "a[href^='/crcr/delivery/']"
         ).get_attribute("href")
-        shoot(driver, pr_url, "pr")
-        shoot(driver, commit_url, "commit")
+        shoot(driver, delivery_url, "delivery")
+        shoot(driver, f"{base}{urlsplit(backend_url).path}/tests", "tests")
         shoot(driver, f"{base}/crcr/metrics", "metrics")
         shoot(driver, f"{base}/crcr/metrics?tab=nightly", "metrics-nightly")
+        shoot(driver, f"{base}/crcr/admin", "admin")
         shoot(driver, f"{base}/crcr/no/such-backend", "not-found")
     finally:
         driver.quit()

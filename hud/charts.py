@@ -259,7 +259,7 @@ def backends_count_figure(daily: pd.DataFrame, column: str) -> go.Figure:
             )
         )
     titles = {
-        "failures": "Failed, timed-out or cancelled jobs per day (latest attempt)",
+        "failures": "Failed, timed out or cancelled per day",
         "runs": "Attempts that ran per day",
     }
     return _layout(figure, titles.get(column, column), barmode="group")

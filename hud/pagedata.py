@@ -13,15 +13,18 @@ import datetime as dt
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 from django.conf import settings
 
-from hud import charts, selectors, stats
+from hud import attribution, charts, mirror, selectors, stats
 from hud.models import Dispatch, Downstream, FailedTest, Job, Level, LevelOverride
 from hud.stats import Estimate, OutcomeCounts
+
+if TYPE_CHECKING:
+    from hud.promotion import User
 
 DEFAULT_DAYS = 7
 MAX_DAYS = 90
@@ -362,6 +365,40 @@ class BackendPage:
     figures: dict[str, dict]
     job_names: list[str]
     filters: MatrixFilters
+    adjusted: AdjustedPassRate | None = None
+    can_request: bool = False
+
+
+@dataclass
+class AdjustedPassRate:
+    """The gate-adjusted pass rate beside the raw one, per gated window, and what it left out."""
+
+    basis: str  # raw | adjusted: which one the gate decides on (policy pass_rate_basis)
+    windows: list[dict[str, Any]]  # {"days", "raw": Estimate, "adjusted": Estimate}
+    excluded: list[dict[str, Any]]  # attribution's excluded jobs, each with its verdict badge
+
+    @property
+    def left_out(self) -> list[dict[str, Any]]:
+        """The verdicts the adjusted rate leaves out, with their badges (for the legend)."""
+        return [{"verdict": v, "badge": badge_dict(v)} for v in attribution.GATE_EXCLUDED]
+
+
+def adjusted_pass_rate(adjusted: dict[str, Any] | None) -> AdjustedPassRate | None:
+    """`BackendGate.adjusted` (hud.attribution.gate_adjusted_pass_rates) laid out for the page."""
+    from hud import gates
+
+    if not adjusted:
+        return None
+    windows = []
+    for days in adjusted["windows"]:
+        pair = adjusted["estimates"].get(gates.metric_key("job_pass_rate", days))
+        if pair is not None:
+            windows.append({"days": days, "raw": pair["raw"], "adjusted": pair["adjusted"]})
+    excluded = [
+        {**item, "badge": badge_dict(item["verdict"])}
+        for item in sorted(adjusted["excluded"], key=lambda e: e["placed_at"] or "", reverse=True)
+    ]
+    return AdjustedPassRate(adjusted.get("basis", "raw"), windows, excluded)
 
 
 def backend_summary(frame: stats.Jobs, window: Window, now: dt.datetime) -> dict[str, Any]:
@@ -418,8 +455,12 @@ def backend_page(
     filters: MatrixFilters,
     page: int = 1,
     nightly_page: int = 1,
+    user: User | None = None,
 ) -> BackendPage | None:
-    """Everything `/crcr/<org>/<repo>` shows; None for an unknown backend."""
+    """Everything `/crcr/<org>/<repo>` shows; None for an unknown backend.
+
+    `user` (the signed-in reader) decides whether the page offers "Request a level change".
+    """
     from hud import gates, promotion  # the promotion service owns the gate evaluation
 
     backend = selectors.backend(full_name)
@@ -470,6 +511,8 @@ def backend_page(
         },
         job_names=sorted(set(latest["job_name"].tolist())),
         filters=filters,
+        adjusted=adjusted_pass_rate(gate.adjusted),
+        can_request=user is not None and promotion.maintains(user, backend),
     )
 
 
@@ -485,6 +528,15 @@ class ReportedJob:
     attempts: int
     failed_tests: list[FailedTest]
     earlier: list[Job]
+    verdict: dict[str, Any] | None = None
+
+    @property
+    def advisory(self) -> dict[str, Any] | None:
+        """The backend's self-reported triage verdict (advisory, never ours)."""
+        if self.verdict is not None and self.verdict.get("advisory"):
+            return self.verdict["advisory"]
+        triage = self.job.triage_verdict
+        return triage if isinstance(triage, dict) and triage else None
 
 
 @dataclass
@@ -525,11 +577,27 @@ class ResultsPage:
     head_shas: list[tuple[str, dt.datetime | None]]
     title: str = ""
     no_response_after: int = 0
+    verdict_summary: list[dict[str, Any]] = field(default_factory=list)
+    judged: int = 0
+    gate: dict[str, Any] | None = None
+    gate_groups: list[dict[str, Any]] = field(default_factory=list)
+    check_runs: list[dict[str, Any]] = field(default_factory=list)
+    cross_backend: list[dict[str, Any]] = field(default_factory=list)
+    mirroring: bool = True  # whether this server sends check runs at all
 
     @property
     def job_count(self) -> int:
         """Logical jobs shown."""
         return sum(len(section.jobs) for section in self.sections)
+
+    def add_verdicts(self, verdicts: list[dict[str, Any]]) -> None:
+        """Our verdict count summary (every verdict, with its badge, in rule order)."""
+        counts = attribution.verdict_counts(verdicts)
+        self.judged = sum(counts.values())
+        self.verdict_summary = [
+            {"verdict": name, "count": counts[name], "badge": badge_dict(name)}
+            for name in attribution.VERDICTS
+        ]
 
 
 def _frame_of(jobs: list[Job]) -> pd.DataFrame:
@@ -555,10 +623,23 @@ def expected_state(dispatch: Dispatch, now: dt.datetime) -> str:
     return "no_response" if waited > settings.CRCR_NO_RESPONSE_AFTER_SECONDS else "pending"
 
 
+def badge_dict(verdict: str) -> dict[str, str]:
+    """A verdict's badge as the verdict dicts carry it: css, symbol, word, meaning."""
+    return _badge(attribution.BADGES, verdict)
+
+
 def results_page(
-    jobs: list[Job], dispatches: list[Dispatch], now: dt.datetime, title: str = ""
+    jobs: list[Job],
+    dispatches: list[Dispatch],
+    now: dt.datetime,
+    title: str = "",
+    verdicts: dict[int, dict[str, Any]] | None = None,
 ) -> ResultsPage | None:
-    """Group a PR's or commit's attempts by backend (latest per logical job); None if empty."""
+    """Group a PR's or commit's attempts by backend (latest per logical job); None if empty.
+
+    `verdicts` maps attempt ids to their logical job's verdict (`attribution.index_by_job`).
+    """
+    verdicts = verdicts or {}
     if not jobs and not dispatches:
         return None
     by_id = {job.id: job for job in jobs}
@@ -586,6 +667,7 @@ def results_page(
                     attempts=int(record.attempts),
                     failed_tests=list(job.failed_tests.all()),
                     earlier=earlier.get(key, []),
+                    verdict=verdicts.get(job.id),
                 )
             )
             reported.add((job.downstream_id, job.head_sha))
@@ -617,20 +699,122 @@ def results_page(
     return ResultsPage(ordered, head_shas, title, settings.CRCR_NO_RESPONSE_AFTER_SECONDS)
 
 
+# The gate's job lists, in the order a reviewer reads them: (key, heading).
+GATE_GROUPS = (
+    ("blocking", "Blocking"),
+    ("pending", "Waiting for"),
+    ("non_blocking", "Not blocking"),
+)
+# The `crcr/gate` state as a badge: (css status class, symbol, word, meaning).
+GATE_BADGES = {
+    "failure": ("failure", "✗", "blocking", "an L4 job failed on its latest attempt"),
+    "pending": ("in_progress", "◔", "pending", "waiting for L4 jobs (until the settle time)"),
+    "success": ("success", "✓", "not blocking", "no L4 failure and nothing left to wait for"),
+}
+# How far a check run got on GitHub (`hud.mirror._sync_info`).
+SYNC_BADGES = {
+    "sent": ("success", "✓", "sent", "GitHub shows the latest state"),
+    "pending": ("in_progress", "◔", "pending", "not on GitHub yet; the reconciler re-sends it"),
+    "failed": ("failure", "✗", "failed", "GitHub refused it after every retry"),
+    "not_mirrored": ("none", "–", "not mirrored", "no check run is wanted for this job"),
+}
+
+
+def _badge(table: dict[str, tuple[str, str, str, str]], key: str) -> dict[str, str]:
+    css, symbol, word, meaning = table.get(key, ("none", "·", key or "unknown", ""))
+    return {"css": css, "symbol": symbol, "word": word, "meaning": meaning}
+
+
+def _sync_why(run: dict[str, Any], mirroring: bool) -> str:
+    """Why a check run is not on GitHub ("not mirrored because …"), or its last error."""
+    if run["sync"] != "not_mirrored":
+        return run.get("last_error") or ""
+    reason = run.get("reason") or ""
+    if not mirroring and reason in ("", "not mirrored yet"):
+        return "not mirrored: this server sends no check runs (no GitHub App configured)"
+    if not reason or reason.startswith("not mirrored"):
+        return reason or "not mirrored"
+    return f"not mirrored because {reason}"
+
+
+def gate_groups(gate: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The gate's blocking, pending and non-blocking lists with their headings (empty skipped)."""
+    if gate is None:
+        return []
+    return [
+        {"key": key, "heading": heading, "items": gate[key]}
+        for key, heading in GATE_GROUPS
+        if gate.get(key)
+    ]
+
+
 def pr_page(number: int, now: dt.datetime) -> ResultsPage | None:
-    """Everything `/crcr/pr/<n>` shows; None when nothing is known about the PR."""
-    return results_page(
-        list(selectors.pr_jobs(number)),
+    """Everything `/crcr/pr/<n>` shows; None when nothing is known about the PR.
+
+    Our verdict per failing job (one bulk attribution read), the `crcr/gate` decision of the
+    newest dispatched head SHA and each attempt's mirrored check run (`hud.mirror`).
+    """
+    jobs = list(selectors.pr_jobs(number))
+    verdicts = attribution.verdicts_for(jobs) if jobs else []
+    page = results_page(
+        jobs,
         selectors.dispatches_for(pr=number),
         now,
         selectors.pr_title(number),
+        attribution.index_by_job(verdicts),
     )
+    if page is None:
+        return None
+    page.add_verdicts(verdicts)
+    state = mirror.pr_mirror_state(number, now, latest_gate_only=True)
+    page.gate = state["gate"]
+    if page.gate is not None:
+        page.gate["badge"] = _badge(GATE_BADGES, page.gate["state"])
+        page.gate["check_run"]["badge"] = _badge(SYNC_BADGES, page.gate["check_run"]["sync"])
+    page.gate_groups = gate_groups(page.gate)
+    page.mirroring = mirror.mirror_enabled()
+    page.check_runs = [
+        {**run, "badge": _badge(SYNC_BADGES, run["sync"]), "why": _sync_why(run, page.mirroring)}
+        for run in state["check_runs"]
+    ]
+    return page
+
+
+def cross_backend_rows(backends: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`commit_view` backends with each failing job paired with its bisect hint."""
+    rows = []
+    for entry in backends:
+        hints = {hint["job"]: hint for hint in entry["bisect"]}
+        failing = [
+            {"verdict": item, "hint": hints.get(f"{item['workflow_name']}/{item['job_name']}")}
+            for item in entry["jobs"]
+            if item["verdict"]
+        ]
+        rows.append(
+            {
+                "downstream": entry["downstream"],
+                "failing": failing,
+                "jobs": len(entry["jobs"]),
+            }
+        )
+    return rows
 
 
 def commit_page(sha: str, now: dt.datetime) -> ResultsPage | None:
-    """Everything `/crcr/commit/<sha>` shows; None when nothing is known about the commit."""
-    page = results_page(list(selectors.commit_jobs(sha)), selectors.dispatches_for(sha=sha), now)
+    """Everything `/crcr/commit/<sha>` shows; None when nothing is known about the commit.
+
+    Our verdicts and the cross-backend view with each failing job's bisect hint come from one
+    `attribution.commit_view` call.
+    """
+    jobs = list(selectors.commit_jobs(sha))
+    view = attribution.commit_view(sha) if jobs else None
+    verdicts = view["verdicts"] if view else []
+    page = results_page(
+        jobs, selectors.dispatches_for(sha=sha), now, verdicts=attribution.index_by_job(verdicts)
+    )
     if page is not None:
+        page.add_verdicts(verdicts)
+        page.cross_backend = cross_backend_rows(view["backends"] if view else [])
         delivery = selectors.delivery_for_sha(sha)
         if delivery is not None and delivery.pr_number:
             page.title = f"PR #{delivery.pr_number}: {delivery.pr_title}".rstrip(": ")

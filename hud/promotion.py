@@ -7,7 +7,6 @@ group) decide requests, overrides, exclusions and demotions.
 """
 
 import datetime as dt
-import itertools
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -141,14 +140,11 @@ def oncall_response_hours(frame: pd.DataFrame) -> list[float]:
     if prs.empty:
         return []
     ordered = prs.sort_values([*stats.LOGICAL_JOB_KEY, *stats.ATTEMPT_ORDER])
-    hours = []
-    for _, attempts in ordered.groupby(stats.LOGICAL_JOB_KEY, sort=False):
-        rows = attempts.to_dict("records")
-        for failed, following in itertools.pairwise(rows):
-            if failed["conclusion"] == "failure":
-                seconds = (following["placed_at"] - failed["placed_at"]).total_seconds()
-                hours.append(max(seconds, 0.0) / 3600.0)
-    return hours
+    # The next attempt of the same logical job, in attempt order (NaT for the last one).
+    following = ordered.groupby(stats.LOGICAL_JOB_KEY, sort=False)["placed_at"].shift(-1)
+    answered = (ordered["conclusion"] == "failure") & following.notna()
+    seconds = (following[answered] - ordered.loc[answered, "placed_at"]).dt.total_seconds()
+    return (seconds.clip(lower=0.0) / 3600.0).tolist()
 
 
 @dataclass(frozen=True)

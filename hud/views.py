@@ -117,6 +117,7 @@ def backend(request: HttpRequest, org: str, repo: str) -> HttpResponse:
         filters=filters,
         page=page,
         nightly_page=nightly_page,
+        user=request.user,
     )
     if data is None:
         return not_found(request, f"No backend {org}/{repo} is known here.")

@@ -17,13 +17,14 @@ from hud.stats import Estimate
 
 register = template.Library()
 
-# (css class, symbol, word, what it means): never colour alone.
+# (css class, symbol, word, what it means): never colour alone. Every symbol is in DejaVu Sans
+# (Debian's fonts-dejavu-core), so no page needs an emoji or symbol font to show it.
 STATUSES: dict[str, tuple[str, str, str, str]] = {
     "success": ("success", "✓", "success", "the latest attempt succeeded"),
     "failure": ("failure", "✗", "failure", "the latest attempt failed"),
     "in_progress": ("in_progress", "◔", "in progress", "started, not completed yet"),
-    "stuck": ("stuck", "⌛", "stuck", "in progress for more than 3 h"),
-    "timed_out": ("timed_out", "⏱", "timed out", "closed as timed out"),
+    "stuck": ("stuck", "⚠", "stuck", "in progress for more than 3 h"),
+    "timed_out": ("timed_out", "◷", "timed out", "closed as timed out"),
     "cancelled": ("cancelled", "⊘", "cancelled", "cancelled"),
     "skipped": ("skipped", "↷", "skipped", "skipped (not counted)"),
     "neutral": ("neutral", "○", "neutral", "neutral (not counted)"),
@@ -39,7 +40,7 @@ STATUSES: dict[str, tuple[str, str, str, str]] = {
     "no_response": ("stuck", "∅", "no response", "dispatched, no callback within the settle time"),
     "dispatch_failed": ("failure", "✗", "dispatch failed", "the dispatch could not be sent"),
     "not_on_hud": ("none", "–", "L1", "L1 results are not stored"),
-    "stale": ("stuck", "⌛", "stale", "no result for longer than usual"),
+    "stale": ("stuck", "⚠", "stale", "no result for longer than usual"),
     "none": ("none", "·", "no data", "nothing reported"),
 }
 
@@ -157,3 +158,14 @@ def short_sha(sha: str) -> str:
 def get(mapping: dict, key: Any) -> Any:
     """`mapping[key]` in a template."""
     return mapping.get(key) if mapping else None
+
+
+@register.filter
+def isodate(value: str | dt.datetime | None) -> dt.datetime | None:
+    """An ISO-8601 string (as the JSON-shaped dicts carry times) as a datetime for `|date`."""
+    if value is None or isinstance(value, dt.datetime):
+        return value
+    try:
+        return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None

@@ -128,3 +128,57 @@ def test_reader_clicks_from_summary_to_backend_to_pr_and_commit(browser, live_se
     load(browser, browser.current_url)
     assert urlparse(browser.current_url).path == f"/crcr/pr/{number}"
     assert console_errors(browser) == []
+
+
+def failing_pr_number() -> int:
+    """The newest demo PR with a failing job on the L4 backend (so the gate has a say)."""
+    from hud import attribution
+    from hud.models import Job
+
+    failures = Job.objects.filter(
+        event_type="pull_request",
+        conclusion="failure",
+        downstream__full_name="ascend/torch-npu",
+    ).order_by("-placed_at")
+    for number in dict.fromkeys(failures.values_list("pr_number", flat=True)[:50]):
+        jobs = Job.objects.filter(pr_number=number).select_related("downstream")
+        if any(v["verdict"] for v in attribution.verdicts_for(jobs)):
+            return number
+    raise AssertionError("the demo history has no PR with a judged failure")
+
+
+def test_pr_page_shows_verdicts_with_evidence_and_the_gate(browser, live_server, demo_data):
+    from selenium.webdriver.common.by import By
+
+    from hud import attribution
+
+    number = failing_pr_number()
+    load(browser, f"{live_server.url}/crcr/pr/{number}")
+
+    gate = browser.find_element(By.ID, "gate")
+    state = gate.find_element(By.CSS_SELECTOR, "[data-gate-state]")
+    assert state.get_attribute("data-gate-state") in ("failure", "pending", "success")
+    assert state.text.strip() and "crcr/gate" in gate.text
+    rule = gate.find_element(By.CSS_SELECTOR, "details.rule")
+    rule.find_element(By.TAG_NAME, "summary").click()
+    assert "L4" in rule.text
+
+    assert browser.find_elements(By.CSS_SELECTOR, "#verdicts .verdict-count")
+    badge = browser.find_element(By.CSS_SELECTOR, "section.backend-results .verdict")
+    verdict = badge.get_attribute("data-verdict")
+    css, symbol, word, meaning = attribution.BADGES[verdict]
+    assert badge.text == f"{symbol} {word}" and badge.get_attribute("title") == meaning
+    assert f"status-{css}" in badge.get_attribute("class")
+
+    ours = browser.find_element(By.CSS_SELECTOR, "[data-our-verdict] details.evidence")
+    ours.find_element(By.TAG_NAME, "summary").click()
+    assert "Rule" in ours.text
+    assert browser.find_elements(By.CSS_SELECTOR, "#check-runs-table tr[data-sync]")
+    # The gate comes first, then our verdicts, then each backend's jobs.
+    script = browser.execute_script
+    order = [
+        script("return document.querySelector(arguments[0]).getBoundingClientRect().top", sel)
+        for sel in ("#gate", "#verdicts", "section.backend-results")
+    ]
+    assert order == sorted(order)
+    assert console_errors(browser) == []

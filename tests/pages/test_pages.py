@@ -162,7 +162,7 @@ def test_matrix_tells_stuck_from_in_progress(client, seeded):
     assert statuses[171_001] == ["stuck"]
     assert statuses[171_002] == ["in_progress"]
     body = text(client.get("/crcr/org/repo"))
-    assert "⌛ stuck" in body and "◔ in progress" in body
+    assert "⚠ stuck" in body and "◔ in progress" in body
 
 
 def test_matrix_rows_are_newest_first_and_paginated(client, seeded, frozen_clock):
