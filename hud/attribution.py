@@ -35,7 +35,7 @@ import yaml
 from django.conf import settings
 from django.db.models import Q
 
-from hud import clock, gates, stats
+from hud import clock, gates, selectors, stats
 from hud.models import FailedTest, Job
 
 FLAKY = "flaky"
@@ -60,25 +60,10 @@ BADGES: dict[str, tuple[str, str, str, str]] = {
 DEFAULT_SIGNATURES_PATH = Path(__file__).with_name("infra_signatures.yml")
 SIGNATURE_FIELDS = ("conclusion", "tests", "message", "verdict_category")
 
+# The stats frame's columns plus what verdicts and their evidence need.
 _JOB_FIELDS = (
-    "id",
+    *selectors.FRAME_COLUMNS,
     "downstream_id",
-    "downstream__full_name",
-    "event_type",
-    "pr_number",
-    "head_sha",
-    "workflow_name",
-    "job_name",
-    "run_id",
-    "run_attempt",
-    "status",
-    "conclusion",
-    "placed_at",
-    "in_progress_received_at",
-    "queue_seconds",
-    "execution_seconds",
-    "closed_by_sweeper",
-    "ref",
     "tests_passed",
     "tests_failed",
     "tests_skipped",

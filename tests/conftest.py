@@ -7,7 +7,7 @@ import pytest
 
 from hud import clock
 
-pytest_plugins = ["tests.support.oidc", "tests.support.fake_github"]
+pytest_plugins = ["tests.support.oidc", "tests.support.fake_github", "tests.support.tasks"]
 
 _LOCAL_HOSTS = {"127.0.0.1", "::1", "localhost"}
 _real_connect = socket.socket.connect

@@ -11,7 +11,6 @@ from hud.models import Downstream
 from tests.relay.conftest import (  # noqa: F401  (fixtures re-exported for this package)
     backends,
     fixture_body,
-    inline_tasks,
     new_guid,
     post_webhook,
     relay,

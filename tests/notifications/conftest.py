@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from hud import tasks
 from hud.models import NotificationTarget
 
 WEBHOOK_SECRET_PATH = "/services/T000/B000/s3cr3t-webhook-token"
@@ -93,26 +92,6 @@ def webhook() -> Iterator[WebhookReceiver]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
-
-
-@dataclass
-class InlineTasks:
-    """Stands in for the in-process pool: runs each handed task at once, in this thread."""
-
-    ran: list[tuple[str, tuple, Any]] = field(default_factory=list)
-
-    def submit(self, runner: Any, task: Any, args: tuple) -> None:
-        """Run `task(*args)` now and record what it returned."""
-        self.ran.append((task.name, args, task.run(*args)))
-
-
-@pytest.fixture
-def inline_tasks(monkeypatch: pytest.MonkeyPatch, settings: Any) -> InlineTasks:
-    """Tasks handed to the in-process pool run in the test's thread and transaction."""
-    settings.CELERY_BROKER_URL = None
-    inline = InlineTasks()
-    monkeypatch.setattr(tasks, "_in_process_pool", lambda: inline)
-    return inline
 
 
 @pytest.fixture

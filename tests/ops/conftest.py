@@ -10,7 +10,7 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from hud import promotion
-from tests.relay.conftest import backends, inline_tasks, relay, relay_settings  # noqa: F401
+from tests.relay.conftest import backends, relay, relay_settings  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -5,15 +5,14 @@ import hashlib
 import hmac
 import itertools
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hud import tasks
 from hud.models import Level
 from tests.support import builders
+from tests.support.tasks import InlineTasks
 
 FIXTURES = Path("/work/shared/fixtures/github")
 SECRET = "test-webhook-secret"
@@ -63,36 +62,6 @@ def post_webhook(
     elif signature is not None:
         headers["X-Hub-Signature-256"] = signature
     return client.post("/github/webhook", data=raw, content_type=content_type, headers=headers)
-
-
-@dataclass
-class InlineTasks:
-    """Stands in for the in-process pool: runs each handed task at once, in this thread."""
-
-    ran: list[tuple[str, tuple, Any]] = field(default_factory=list)
-
-    def submit(self, runner: Any, task: Any, args: tuple) -> None:
-        """Run `task(*args)` now and record what it returned."""
-        self.ran.append((task.name, args, task.run(*args)))
-
-
-@pytest.fixture
-def relay_settings(settings: Any) -> Any:
-    """Webhook secret set, no broker (tasks go to the in-process pool)."""
-    settings.GITHUB_WEBHOOK_SECRET = SECRET
-    settings.CELERY_BROKER_URL = None
-    settings.CRCR_UPSTREAM_REPO = UPSTREAM
-    # Part 1's tests count dispatch traffic only; tests/mirror covers the check runs.
-    settings.CRCR_CHECK_RUNS = False
-    return settings
-
-
-@pytest.fixture
-def inline_tasks(monkeypatch: pytest.MonkeyPatch) -> InlineTasks:
-    """Tasks handed to the in-process pool run in the test's thread and transaction."""
-    inline = InlineTasks()
-    monkeypatch.setattr(tasks, "_in_process_pool", lambda: inline)
-    return inline
 
 
 @pytest.fixture

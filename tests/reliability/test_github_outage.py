@@ -17,7 +17,6 @@ from tests.mirror.conftest import L4, env  # noqa: F401  (fixture requested by n
 from tests.relay.conftest import (  # noqa: F401  (fixtures the env fixture needs)
     backends,
     fixture_body,
-    inline_tasks,
     new_guid,
     relay_settings,
 )

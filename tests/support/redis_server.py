@@ -5,7 +5,7 @@
     drain_celery_queue(server.url)      # run what reached the broker, in this thread
 
 `drain_celery_queue` stands in for a worker: it pops the task messages the broker holds and
-runs each task's body (`task.run`), as `tests.relay.conftest.InlineTasks` does for the pool.
+runs each task's body (`task.run`), as `tests.support.tasks.InlineTasks` does for the pool.
 """
 
 from __future__ import annotations
