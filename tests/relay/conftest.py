@@ -65,6 +65,17 @@ def post_webhook(
 
 
 @pytest.fixture
+def relay_settings(settings: Any) -> Any:
+    """Webhook secret set, no broker (tasks go to the in-process pool)."""
+    settings.GITHUB_WEBHOOK_SECRET = SECRET
+    settings.CELERY_BROKER_URL = None
+    settings.CRCR_UPSTREAM_REPO = UPSTREAM
+    # Part 1's tests count dispatch traffic only; tests/mirror covers the check runs.
+    settings.CRCR_CHECK_RUNS = False
+    return settings
+
+
+@pytest.fixture
 def backends(fake_github: Any) -> dict:
     """One listed backend per level (app installed on each) and a delisted one."""
     rows = {}
