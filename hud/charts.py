@@ -55,21 +55,25 @@ def _percent(series: pd.Series) -> list[float | None]:
     return [None if pd.isna(value) else round(float(value) * 100, 2) for value in series]
 
 
+def _band(days: list[str], rows: pd.DataFrame, **extra: Any) -> go.Scatter:
+    """The shaded 95% interval of a daily rate: up along `high`, back along `low`."""
+    return go.Scatter(
+        x=days + days[::-1],
+        y=_percent(rows["high"]) + _percent(rows["low"])[::-1],
+        fill="toself",
+        fillcolor=BAND_FILL,
+        line={"width": 0},
+        hoverinfo="skip",
+        name="95% interval",
+        **extra,
+    )
+
+
 def pass_rate_figure(daily: pd.DataFrame) -> go.Figure:
     """Daily job pass rate (latest attempt) with its 95% Wilson band; hollow when n < min."""
     days = _days(daily)
     figure = go.Figure()
-    figure.add_trace(
-        go.Scatter(
-            x=days + days[::-1],
-            y=_percent(daily["high"]) + _percent(daily["low"])[::-1],
-            fill="toself",
-            fillcolor=BAND_FILL,
-            line={"width": 0},
-            hoverinfo="skip",
-            name="95% interval",
-        )
-    )
+    figure.add_trace(_band(days, daily))
     sufficient = daily["sufficient"].astype(bool).tolist()
     figure.add_trace(
         go.Scatter(
@@ -156,17 +160,7 @@ def gate_history_figure(history: pd.DataFrame) -> go.Figure:
         rows = history[history["metric"] == name]
         days = [str(t.date()) if hasattr(t, "date") else str(t) for t in rows["as_of"]]
         figure.add_trace(
-            go.Scatter(
-                x=days + days[::-1],
-                y=_percent(rows["high"]) + _percent(rows["low"])[::-1],
-                fill="toself",
-                fillcolor=BAND_FILL,
-                line={"width": 0},
-                hoverinfo="skip",
-                name="95% interval",
-                showlegend=index == 1,
-                legendgroup="band",
-            ),
+            _band(days, rows, showlegend=index == 1, legendgroup="band"),
             row=index,
             col=1,
         )
@@ -216,17 +210,7 @@ def backends_pass_rate_figure(daily: pd.DataFrame) -> go.Figure:
         rows = daily[daily["downstream"] == name]
         days = _days(rows)
         if len(backends) == 1:
-            figure.add_trace(
-                go.Scatter(
-                    x=days + days[::-1],
-                    y=_percent(rows["high"]) + _percent(rows["low"])[::-1],
-                    fill="toself",
-                    fillcolor=BAND_FILL,
-                    line={"width": 0},
-                    hoverinfo="skip",
-                    name="95% interval",
-                )
-            )
+            figure.add_trace(_band(days, rows))
         figure.add_trace(
             go.Scatter(
                 x=days,
