@@ -76,7 +76,8 @@ def worker(fake_github, settings, tmp_path, monkeypatch):
         "GITHUB_APP_PRIVATE_KEY": app.private_key_pem,
         "GITHUB_TIMEOUT": "5",
         "GITHUB_WEBHOOK_SECRET": SECRET,
-        "LOG_LEVEL": "WARNING",
+        # INFO: the test reads the worker's "ready." and task-result lines from its log.
+        "LOG_LEVEL": "INFO",
         # A server database without a key is refused as a production start; this is a test.
         "SECRET_KEY": "worker-test-" + secrets.token_hex(16),
     }
