@@ -36,9 +36,10 @@ def parse_time(query: QueryDict, name: str) -> dt.datetime | None:
         return None
     try:
         parsed = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError as exc:
+        # In UTC: Python takes offsets up to ±23:59, PostgreSQL only up to ±15:59.
+        return parsed.astimezone(dt.UTC) if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+    except (ValueError, OverflowError) as exc:
         raise _invalid(name, "must be an ISO 8601 date or time, e.g. 2026-11-01") from exc
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 def parse_choice(query: QueryDict, name: str, choices: tuple[str, ...]) -> str | None:

@@ -156,6 +156,8 @@ def test_jobs_lists_every_attempt_newest_first(client, rows):
         ("since=2026-10-31T12:00:00Z", {"pr_test", "push_build", "nightly_test"}),
         ("since=2026-11-01", {"push_build", "nightly_test"}),
         ("until=2026-11-01T12:00:00Z", {"pr_build", "pr_test"}),
+        # An offset PostgreSQL itself would refuse (beyond ±15:59), read as the UTC instant.
+        ("until=2026-11-02T11:47:00%2B23:47", {"pr_build", "pr_test"}),
         ("since=2026-10-31&until=2026-11-02", {"pr_test", "push_build"}),
         ("downstream=org/repo&job_name=test&conclusion=failure", {"pr_test"}),
         ("downstream=nobody/here", set()),
@@ -176,6 +178,7 @@ def test_jobs_filters_return_only_matching_rows(client, rows, query, expected):
         ("sha=abc12", "sha"),
         ("since=notadate", "since"),
         ("until=2026-13-45", "until"),
+        ("until=0001-01-01T00:00:00%2B01:00", "until"),
         ("conclusion=bogus", "conclusion"),
         ("status=queued", "status"),
         ("event_type=tag", "event_type"),
