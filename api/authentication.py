@@ -5,8 +5,10 @@ Error sentences are shown to callers and logged, so they never echo the token or
 """
 
 import datetime as dt
+import functools
 import hashlib
 import hmac
+import json
 import logging
 import math
 import re
@@ -16,11 +18,10 @@ import httpx
 import jwt
 from django.conf import settings
 from django.core.cache import cache
-from django.db import IntegrityError, transaction
+from django.db import connection
 from django.http import HttpRequest
 
-from hud import clock
-from hud.models import UsedToken
+from hud import clock, sql
 
 logger = logging.getLogger(__name__)
 
@@ -137,10 +138,17 @@ def _find_key(entry: dict[str, Any] | None, kid: str) -> jwt.PyJWK | None:
         if candidate.get("alg", ACCEPTED_ALGORITHM) != ACCEPTED_ALGORITHM:
             continue
         try:
-            return jwt.PyJWK(candidate, algorithm=ACCEPTED_ALGORITHM)
+            return _load_key(json.dumps(candidate, sort_keys=True))
         except (jwt.PyJWKError, jwt.InvalidKeyError, ValueError, TypeError):
             logger.warning("JWKS key could not be loaded", extra={"kid": kid})
     return None
+
+
+@functools.lru_cache(maxsize=32)
+def _load_key(jwk_json: str) -> jwt.PyJWK:
+    """A published key, parsed once per process: the JWK's text is the cache key, so a
+    rotated or re-published key with the same kid is parsed afresh."""
+    return jwt.PyJWK(json.loads(jwk_json), algorithm=ACCEPTED_ALGORITHM)
 
 
 def _signing_key(kid: str) -> jwt.PyJWK:
@@ -269,12 +277,15 @@ def consume_jti(claims: dict[str, Any]) -> None:
     if len(jti) > MAX_JTI_LENGTH:
         raise TokenError("the token's jti claim is too long")
     expires_at = dt.datetime.fromtimestamp(_numeric_claim(claims, "exp"), tz=dt.UTC)
-    try:
-        # A savepoint, so a caller's surrounding transaction survives the duplicate.
-        with transaction.atomic():
-            UsedToken.objects.create(jti=jti, expires_at=expires_at)
-    except IntegrityError:
-        raise TokenError("token already used") from None
+    # One statement on every callback: a duplicate inserts nothing instead of failing, so
+    # there is no error to roll back and no savepoint to pay for, inside a transaction or not.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql.CONSUME_JTI,
+            (jti, connection.ops.adapt_datetimefield_value(expires_at)),
+        )
+        if cursor.rowcount == 0:
+            raise TokenError("token already used")
 
 
 # --- Webhook HMAC and bot key -------------------------------------------------------------

@@ -11,14 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import F, Value
-from django.db.models.functions import Greatest, Least
+from django.db import IntegrityError, connection, transaction
 
-from hud import clock, levels
+from hud import clock, levels, sql
 from hud.models import (
-    Delivery,
-    Dispatch,
     Downstream,
     FailedTest,
     Job,
@@ -107,17 +103,7 @@ def take_rate_token(downstream: Downstream, *, _retried: bool = False) -> int | 
     capacity = 2.0 * per_minute
     per_second = per_minute / 60.0
     now = clock.now().timestamp()
-    refilled = Least(
-        Value(capacity),
-        F("tokens") + Greatest(Value(now) - F("updated_epoch"), Value(0.0)) * Value(per_second),
-    )
-    spent = (
-        RateBucket.objects.filter(downstream=downstream)
-        .alias(refilled=refilled)
-        .filter(refilled__gte=1.0)
-        .update(tokens=refilled - 1.0, updated_epoch=now)
-    )
-    if spent:
+    if _spend_rate_token(downstream, now, capacity, per_second):
         return None
     bucket = RateBucket.objects.filter(downstream=downstream).first()
     if bucket is None:
@@ -135,6 +121,18 @@ def take_rate_token(downstream: Downstream, *, _retried: bool = False) -> int | 
         # has tokens, so take one again rather than refusing (found by the fault test).
         return take_rate_token(downstream, _retried=True)
     return max(1, int((1.0 - available) / per_second + 0.999))
+
+
+def _spend_rate_token(
+    downstream: Downstream, now: float, capacity: float, per_second: float
+) -> bool:
+    """The conditional UPDATE: True when the bucket had a token (and now has one less)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql.take_rate_token(connection.vendor),
+            sql.rate_token_params(downstream.id, now, capacity, per_second),
+        )
+        return cursor.rowcount > 0
 
 
 # --- Entry points -------------------------------------------------------------------------
@@ -210,36 +208,73 @@ def receive_forward(body: Any, *, source: str = Job.Source.FORWARD) -> Outcome:
 # --- The state machine --------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class KnownDelivery:
+    """What a callback needs of its upstream delivery, and of its dispatch to this backend."""
+
+    id: int
+    delivery_id: str
+    event_type: str
+    pr_number: int
+    head_sha: str
+    ref: str
+    dispatch_id: int | None
+    dispatched_at: dt.datetime | None
+
+
 def store(
     downstream: Downstream, data: CallbackData, *, source: str, timing: TrustedTiming | None = None
 ) -> Outcome:
     """Step 7: upsert the job by its row key, moving its state only forward."""
     now = clock.now()
     with transaction.atomic():
-        delivery = Delivery.objects.filter(delivery_id=data.delivery_id).first()
+        delivery = _find_delivery(downstream, data.delivery_id)
         if delivery is not None:
             _check_against_delivery(data, delivery)
-        key = {
-            "downstream": downstream,
-            "delivery_id": data.delivery_id,
-            "workflow_name": data.workflow_name,
-            "job_name": data.job_name,
-            "check_run_id": data.check_run_id,
-        }
-        job = Job.objects.select_for_update().filter(**key).first()
+        job = _lock_job(downstream, data)
         if job is None:
-            try:
-                with transaction.atomic():
-                    job = _create(downstream, data, delivery, source, timing, now)
+            job = _new_job(downstream, data, delivery, source, timing, now)
+            if _insert_job(job):
+                if data.status == Job.Status.COMPLETED:
+                    _store_failed_tests(job, data)
                 _enqueue_mirror(downstream, job)
                 return Outcome("created", job.id)
-            except IntegrityError:
-                # A concurrent identical callback won the insert; settle against its row.
-                job = Job.objects.select_for_update().get(**key)
+            # A concurrent identical callback won the insert; settle against its row.
+            job = _lock_job(downstream, data)
         outcome = _transition(job, data, timing, now)
         if outcome.status == "updated":
             _enqueue_mirror(downstream, job)
         return outcome
+
+
+def _find_delivery(downstream: Downstream, delivery_id: str) -> KnownDelivery | None:
+    with connection.cursor() as cursor:
+        cursor.execute(sql.FIND_DELIVERY, (downstream.id, delivery_id))
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return KnownDelivery(*row[:7], dispatched_at=sql.aware(row[7]))
+
+
+def _lock_job(downstream: Downstream, data: CallbackData) -> Job | None:
+    key = (downstream.id, data.delivery_id, data.workflow_name, data.job_name, data.check_run_id)
+    with connection.cursor() as cursor:
+        cursor.execute(sql.lock_job(connection.features.has_select_for_update), key)
+        row = cursor.fetchone()
+    return None if row is None else sql.instance(Job, ("id", *sql.JOB_COLUMNS), row)
+
+
+def _insert_job(job: Job) -> bool:
+    """Insert a new job; False when a concurrent identical callback inserted it first."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql.INSERT_JOB, sql.values(job, sql.JOB_COLUMNS))
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    job.id = row[0]
+    job._state.adding = False
+    job._state.db = connection.alias
+    return True
 
 
 def _enqueue_mirror(downstream: Downstream, job: Job) -> None:
@@ -250,7 +285,7 @@ def _enqueue_mirror(downstream: Downstream, job: Job) -> None:
         tasks.enqueue(tasks.mirror_job, job.id)
 
 
-def _check_against_delivery(data: CallbackData, delivery: Delivery) -> None:
+def _check_against_delivery(data: CallbackData, delivery: KnownDelivery) -> None:
     """A known delivery decides head SHA and PR number; a body contradicting it is refused."""
     if data.head_sha_field and delivery.head_sha and data.head_sha != delivery.head_sha:
         raise Rejected(
@@ -270,19 +305,15 @@ def _check_against_delivery(data: CallbackData, delivery: Delivery) -> None:
         )
 
 
-def _create(
+def _new_job(
     downstream: Downstream,
     data: CallbackData,
-    delivery: Delivery | None,
+    delivery: KnownDelivery | None,
     source: str,
     timing: TrustedTiming | None,
     now: dt.datetime,
 ) -> Job:
-    dispatch = (
-        Dispatch.objects.filter(delivery=delivery, downstream=downstream).first()
-        if delivery
-        else None
-    )
+    """The job a first callback creates (not saved yet)."""
     job = Job(
         downstream=downstream,
         delivery_id=data.delivery_id,
@@ -293,7 +324,7 @@ def _create(
         pr_number=delivery.pr_number if delivery else data.pr_number,
         head_sha=(delivery.head_sha or data.head_sha) if delivery else data.head_sha,
         ref=delivery.ref if delivery else data.ref,
-        dispatch=dispatch,
+        dispatch_id=delivery.dispatch_id if delivery else None,
         verified=delivery is not None,
         source=source,
         run_id=data.run_id,
@@ -306,8 +337,9 @@ def _create(
     )
     if data.status == Job.Status.IN_PROGRESS:
         job.in_progress_received_at = now
-        if timing is None and dispatch and dispatch.dispatched_at and data.run_attempt == 1:
-            job.queue_seconds = max((now - dispatch.dispatched_at).total_seconds(), 0.0)
+        dispatched_at = delivery.dispatched_at if delivery else None
+        if timing is None and dispatched_at and data.run_attempt == 1:
+            job.queue_seconds = max((now - dispatched_at).total_seconds(), 0.0)
             job.timing_source = Job.TimingSource.SERVER
         elif timing is None and data.run_attempt > 1:
             requested_at = _rerun_requested_at(downstream, data, now)
@@ -318,9 +350,6 @@ def _create(
         _apply_completion(job, data, now)
     if timing is not None:
         _apply_trusted_timing(job, data, timing)
-    job.save()
-    if data.status == Job.Status.COMPLETED:
-        _store_failed_tests(job, data)
     return job
 
 
@@ -392,8 +421,10 @@ def _transition(
         job.execution_seconds = max((now - job.in_progress_received_at).total_seconds(), 0.0)
         job.timing_source = Job.TimingSource.SERVER
     job.updated_at = now
-    job.save()
-    job.failed_tests.all().delete()
+    with connection.cursor() as cursor:
+        cursor.execute(sql.COMPLETE_JOB, [*sql.values(job, sql.COMPLETION_COLUMNS), job.id])
+    # Nothing to delete first: a job completes from in_progress or a sweeper close, and
+    # failed tests are stored only with a completion.
     _store_failed_tests(job, data)
     return Outcome("updated", job.id)
 

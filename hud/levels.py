@@ -11,10 +11,10 @@ import hashlib
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models.functions import Lower
 
-from hud import clock
+from hud import clock, sql
 from hud.allowlist import AllowlistEntry, parse_allowlist, render_allowlist
 from hud.models import AllowlistImport, Downstream, Level, LevelChange
 
@@ -85,9 +85,12 @@ class ImportReport:
 def find_downstream(full_name: str) -> Downstream | None:
     """The downstream with this owner/repo (or an alias of it), case-insensitively, or None."""
     name = full_name.strip().lower()
-    found = Downstream.objects.alias(name_lower=Lower("full_name")).filter(name_lower=name).first()
-    if found is not None:
-        return found
+    # Plain SQL: every callback asks (hud.sql).
+    with connection.cursor() as cursor:
+        cursor.execute(sql.FIND_DOWNSTREAM, [name])
+        row = cursor.fetchone()
+    if row is not None:
+        return sql.instance(Downstream, sql.DOWNSTREAM_COLUMNS, row)
     # A renamed or transferred repository keeps its history through RepositoryAlias.
     return (
         Downstream.objects.alias(alias_lower=Lower("aliases__old_name"))

@@ -3,7 +3,6 @@
 from unittest import mock
 
 import pytest
-from django.db.models.query import QuerySet
 
 from hud import ingest
 from hud.models import Level, RateBucket
@@ -15,21 +14,23 @@ pytestmark = pytest.mark.django_db
 def test_bucket_created_by_a_concurrent_first_callback_does_not_answer_429(frozen_clock, settings):
     settings.CRCR_RATE_LIMIT_PER_MIN = 100
     backend = builders.downstream("org/repo", Level.L2)
-    real_update = QuerySet.update
+    real_spend = ingest._spend_rate_token
     calls = []
 
-    def update_racing_a_creator(queryset, **changes):
+    def spend_racing_a_creator(downstream, *args):
         # The first UPDATE finds no bucket; a concurrent first callback creates it right after.
-        if queryset.model is RateBucket and not calls:
-            calls.append(1)
+        calls.append(1)
+        if len(calls) == 1:
+            spent = real_spend(downstream, *args)
             RateBucket.objects.create(
                 downstream=backend, tokens=199.0, updated_epoch=frozen_clock().timestamp()
             )
-            return 0
-        return real_update(queryset, **changes)
+            return spent
+        return real_spend(downstream, *args)
 
-    with mock.patch.object(QuerySet, "update", update_racing_a_creator):
+    with mock.patch.object(ingest, "_spend_rate_token", spend_racing_a_creator):
         assert ingest.take_rate_token(backend) is None
+    assert len(calls) == 2
     assert RateBucket.objects.get().tokens == 198.0
 
 
