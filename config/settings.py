@@ -120,6 +120,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
 else:
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    # Parameters bound by the server, and a statement run five times on a connection prepared
+    # there: the callback path runs the same few statements on every request (see
+    # docs/performance.md). Behind a PgBouncer older than 1.21 in transaction mode, which
+    # cannot keep prepared statements, set DATABASE_PREPARED_STATEMENTS=0.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        server_side_binding=True,
+        prepare_threshold=5 if env_bool("DATABASE_PREPARED_STATEMENTS", True) else None,
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Cache (token cache, write governor, JWKS) -------------------------------------------

@@ -89,3 +89,15 @@ def test_find_downstream_reads_every_field_as_the_orm_does(frozen_clock):
     assert orm_values(found) == orm_values(Downstream.objects.get(pk=created.pk))
     assert found.oncalls == ["alice", "bob"]
     assert found.created_at.tzinfo is not None
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL prepares statements")
+def test_postgresql_prepares_the_statements_a_connection_runs_often(frozen_clock):
+    backend = builders.downstream("org/repo", Level.L2)
+    for _ in range(6):
+        levels.find_downstream(backend.full_name)
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert any("FROM hud_downstream WHERE LOWER(full_name)" in text for text in prepared)

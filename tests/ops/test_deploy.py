@@ -70,6 +70,18 @@ def test_production_without_a_secret_key_refuses_to_start():
     assert "SECRET_KEY" in result.stderr
 
 
+@pytest.mark.parametrize(("value", "threshold"), [(None, "5"), ("0", "None")])
+def test_postgresql_prepares_statements_unless_told_not_to(value, threshold):
+    env = production_env(DATABASE_URL="postgres://crcr:pw@127.0.0.1:5432/crcr")
+    if value is not None:
+        env["DATABASE_PREPARED_STATEMENTS"] = value
+    show = "from django.conf import settings as s; o = s.DATABASES['default']['OPTIONS']; "
+    show += "print(o['server_side_binding'], o['prepare_threshold'])"
+    result = run_manage("shell", "--no-imports", "-c", show, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", threshold]
+
+
 def test_the_embedded_default_needs_no_environment_at_all():
     result = run_manage("check", env={})
     assert result.returncode == 0, result.stderr
