@@ -46,11 +46,15 @@ clean:
 screenshots: demo
 	$(PY) bench/screenshots.py
 
-## make bench: ingestion throughput against its floor (bench/ingest.py), and the page timings
-## (bench/pages.py) when present. Each starts what it needs and cleans up; needs PostgreSQL.
+## make bench: ingestion throughput against its floor (bench/ingest.py), GitHub calls per
+## mirrored job and gate (bench/mirror.py), page timings at 100k and 1M jobs (bench/pages.py).
+## Ingest and mirror create and drop their own databases on BENCH_PG; pages fills two
+## databases there the first time (minutes) and keeps them for re-measuring.
+BENCH_PG ?= postgres://postgres@127.0.0.1:5432
 bench: venv
-	$(PY) bench/ingest.py
-	if [ -f bench/pages.py ]; then $(PY) bench/pages.py; fi
+	$(PY) bench/ingest.py --pg $(BENCH_PG)
+	$(PY) bench/mirror.py --pg $(BENCH_PG)
+	BENCH_PG=$(BENCH_PG) $(PY) bench/pages.py
 
 ## make reliability: the fuzz-marked reliability tests on PostgreSQL (the full 10,000-callback
 ## replay, PostgreSQL stopped mid-load). RELIABILITY_DATABASE_URL picks the server.

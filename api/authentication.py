@@ -75,7 +75,12 @@ class BotKeyError(Exception):
 
 def _cache_keys() -> tuple[str, str, str]:
     """Cache keys for (current JWKS, last good JWKS, last fetch stamp), scoped by JWKS URL."""
-    url_hash = hashlib.sha256(settings.CRCR_OIDC_JWKS_URL.encode()).hexdigest()[:16]
+    return _cache_keys_for(settings.CRCR_OIDC_JWKS_URL)
+
+
+@functools.lru_cache(maxsize=8)
+def _cache_keys_for(jwks_url: str) -> tuple[str, str, str]:
+    url_hash = hashlib.sha256(jwks_url.encode()).hexdigest()[:16]
     return (
         f"crcr:jwks:{url_hash}:current",
         f"crcr:jwks:{url_hash}:last-good",

@@ -1,6 +1,6 @@
 """Ingestion throughput against its floor, and answer → visible latency (issue 9, perf 1–2).
 
-    .venv/bin/python bench/ingest.py [--jobs 300] [--jobs-large 40] [--concurrency 16]
+    .venv/bin/python bench/ingest.py [--jobs 600] [--jobs-large 40] [--rounds 3] [--concurrency 16]
 
 What it does, all on this machine, cleaning up after itself:
 
@@ -743,11 +743,11 @@ def main() -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pg", default="postgres://postgres@127.0.0.1:5432")
-    parser.add_argument("--jobs", type=int, default=300, help="jobs per round at 0/20 failures")
+    parser.add_argument("--jobs", type=int, default=600, help="jobs per round at 0/20 failures")
     parser.add_argument("--jobs-large", type=int, default=40, help="jobs per round at 1,000")
     parser.add_argument("--sizes", default="0,20,1000")
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds; best kept")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; best kept")
     parser.add_argument("--latency-samples", type=int, default=50)
     parser.add_argument("--profile", type=int, metavar="FAILED_TESTS", default=None)
     args = parser.parse_args()

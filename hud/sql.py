@@ -18,7 +18,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from django.db import connection, models
+from django.db import DEFAULT_DB_ALIAS, connections, models
 
 ModelT = TypeVar("ModelT", bound=models.Model)
 
@@ -171,12 +171,13 @@ def instance(model: type[ModelT], columns: Sequence[str], row: Sequence[Any]) ->
     """A model instance from a row read by plain SQL, its values converted as the ORM would
     (JSON parsed; SQLite's naive datetimes, stored in UTC, made aware)."""
     fields = fields_by_column(model)
+    database = connections[DEFAULT_DB_ALIAS]  # the wrapper itself, not the per-use proxy
     names, values = [], []
     for column, value in zip(columns, row, strict=True):
         field = fields[column]
         names.append(field.attname)
-        values.append(_converted(field, value))
-    return model.from_db(connection.alias, names, values)
+        values.append(_converted(field, value, database))
+    return model.from_db(DEFAULT_DB_ALIAS, names, values)
 
 
 @functools.cache
@@ -184,11 +185,11 @@ def fields_by_column(model: type[models.Model]) -> dict[str, models.Field]:
     return {field.column: field for field in model._meta.concrete_fields}
 
 
-def _converted(field: models.Field, value: Any) -> Any:
+def _converted(field: models.Field, value: Any, database: Any) -> Any:
     if value is None:
         return None
     if isinstance(field, models.JSONField):
-        return field.from_db_value(value, None, connection)
+        return field.from_db_value(value, None, database)
     if isinstance(field, models.DateTimeField):
         return aware(value)
     return value
@@ -202,7 +203,8 @@ def aware(value: dt.datetime | None) -> dt.datetime | None:
 def values(instance: models.Model, columns: Sequence[str]) -> list[Any]:
     """An instance's values for these columns, adapted for the database as the ORM would."""
     fields = fields_by_column(type(instance))
+    database = connections[DEFAULT_DB_ALIAS]
     return [
-        fields[column].get_db_prep_save(getattr(instance, fields[column].attname), connection)
+        fields[column].get_db_prep_save(getattr(instance, fields[column].attname), database)
         for column in columns
     ]
