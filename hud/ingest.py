@@ -16,7 +16,6 @@ from django.db import IntegrityError, connection, transaction
 from hud import clock, levels, sql
 from hud.models import (
     Downstream,
-    FailedTest,
     Job,
     Level,
     RateBucket,
@@ -461,20 +460,14 @@ def _apply_trusted_timing(job: Job, data: CallbackData, timing: TrustedTiming) -
 
 
 def _store_failed_tests(job: Job, data: CallbackData) -> None:
-    FailedTest.objects.bulk_create(
-        [
-            FailedTest(
-                job=job,
-                classname=test.classname,
-                name=test.name,
-                message=test.message,
-                stacktrace=test.stacktrace,
-                duration=test.duration,
-            )
-            for test in data.failed_tests
-        ],
-        batch_size=500,
-    )
+    if not data.failed_tests:
+        return
+    columns = sql.failed_test_columns(job.id, data.failed_tests)
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(sql.INSERT_FAILED_TESTS_UNNEST, columns)
+        else:
+            cursor.executemany(sql.INSERT_FAILED_TEST, list(zip(*columns, strict=True)))
 
 
 # --- Sweeper ------------------------------------------------------------------------------

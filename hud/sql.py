@@ -164,6 +164,31 @@ COMPLETE_JOB = (
 )
 
 
+# A completed job's failed tests: on PostgreSQL one statement whatever their number (a column
+# array per field), elsewhere one row per test through executemany.
+FAILED_TEST_COLUMNS = ("job_id", "classname", "name", "message", "stacktrace", "duration")
+INSERT_FAILED_TESTS_UNNEST = (
+    f"INSERT INTO hud_failedtest ({', '.join(FAILED_TEST_COLUMNS)}) SELECT * FROM UNNEST("
+    "%s::bigint[], %s::varchar[], %s::varchar[], %s::text[], %s::text[], %s::double precision[])"
+)
+INSERT_FAILED_TEST = (
+    f"INSERT INTO hud_failedtest ({', '.join(FAILED_TEST_COLUMNS)})"
+    f" VALUES ({', '.join(['%s'] * len(FAILED_TEST_COLUMNS))})"
+)
+
+
+def failed_test_columns(job_id: int, tests: Sequence[Any]) -> list[list[Any]]:
+    """The values of FAILED_TEST_COLUMNS, one list per column, for hud.payload.FailedTestData."""
+    return [
+        [job_id] * len(tests),
+        [test.classname for test in tests],
+        [test.name for test in tests],
+        [test.message for test in tests],
+        [test.stacktrace for test in tests],
+        [test.duration for test in tests],
+    ]
+
+
 # --- Rows to model instances ---------------------------------------------------------------
 
 

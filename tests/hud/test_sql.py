@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 
 from hud import ingest, levels, sql
-from hud.models import Downstream, Job, Level
+from hud.models import Downstream, FailedTest, Job, Level
 from hud.payload import parse_callback
 from tests.support import builders
 
@@ -23,6 +23,10 @@ def test_job_columns_are_every_field_but_the_key_in_model_order():
 
 def test_downstream_columns_are_every_field():
     assert columns(Downstream, key=True) == sql.DOWNSTREAM_COLUMNS
+
+
+def test_failed_test_columns_are_every_field_but_the_key():
+    assert columns(FailedTest, key=False) == sql.FAILED_TEST_COLUMNS
 
 
 def test_completion_columns_are_job_columns_without_the_row_key():
@@ -58,7 +62,11 @@ def test_a_job_written_and_read_by_the_statements_equals_the_orm_row(frozen_cloc
             conclusion="failure",
             environment={"runner": "gpu-1", "nested": {"driver": "550"}},
             triage_verdict=verdict,
-            test_results={"passed": "9", "failed": "1", "skipped": "0", "total": "10"},
+            test_results={"passed": "8", "failed": "2", "skipped": "0", "total": "10"},
+            failed_tests=[
+                {"classname": "TestOps", "name": "test_add", "message": "boom", "duration": 0.5},
+                {"name": "test_mul", "stacktrace": "Traceback …\n  line 3"},
+            ],
         ),
     )
 
@@ -78,7 +86,12 @@ def test_a_job_written_and_read_by_the_statements_equals_the_orm_row(frozen_cloc
     assert orm.execution_seconds == 600.0
     assert orm.dispatch.delivery == delivery
     assert orm.completed_received_at == frozen_clock()
-    assert (orm.tests_passed, orm.tests_failed, orm.tests_total) == (9, 1, 10)
+    assert (orm.tests_passed, orm.tests_failed, orm.tests_total) == (8, 2, 10)
+    stored_tests = FailedTest.objects.filter(job=orm).order_by("name")
+    assert [(t.classname, t.name, t.message, t.stacktrace, t.duration) for t in stored_tests] == [
+        ("TestOps", "test_add", "boom", "", 0.5),
+        ("", "test_mul", "", "Traceback …\n  line 3", None),
+    ]
 
 
 def test_find_downstream_reads_every_field_as_the_orm_does(frozen_clock):
