@@ -54,6 +54,7 @@ _TAKE_RATE_TOKEN = (
 _REFILLED = "{least}(%s, tokens + {greatest}(%s - updated_epoch, 0.0) * %s)"
 
 
+@functools.cache
 def take_rate_token(vendor: str) -> str:
     """The take-a-token UPDATE for a database vendor; parameters from `rate_token_params`."""
     least, greatest = ("LEAST", "GREATEST") if vendor == "postgresql" else ("MIN", "MAX")
@@ -123,6 +124,7 @@ _JOB_KEY = (
 )
 
 
+@functools.cache
 def lock_job(has_select_for_update: bool) -> str:
     """The job with a row key, locked for the transaction where the database can (PostgreSQL;
     SQLite's IMMEDIATE transactions already hold the write lock)."""
