@@ -12,39 +12,21 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from hud import attribution, clock, selectors
+from hud.views import BadParameter, bad_request, not_found, parse_days
 
 DEFAULT_DAYS = 14
-MAX_DAYS = 90
 DAY_CHOICES = (7, 14, 30, 60, 90)
-
-
-def _days(request: HttpRequest) -> int | None:
-    """`days` from 1 to 90 (default 14); None when malformed."""
-    raw = request.GET.get("days") or ""
-    if not raw:
-        return DEFAULT_DAYS
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_DAYS:
-        return None
-    return int(raw)
-
-
-def _bad_days(request: HttpRequest) -> HttpResponse:
-    context = {"parameter": "days", "message": f"must be a whole number from 1 to {MAX_DAYS}"}
-    return render(request, "400.html", context, status=400)
-
-
-def _not_found(request: HttpRequest, message: str) -> HttpResponse:
-    return render(request, "404.html", {"message": message}, status=404)
 
 
 def tests(request: HttpRequest, org: str, repo: str) -> HttpResponse:
     """`/crcr/<org>/<repo>/tests`: failed tests ranked, flake rates, quarantine candidates."""
-    days = _days(request)
-    if days is None:
-        return _bad_days(request)
+    try:
+        days = parse_days(request.GET, DEFAULT_DAYS)
+    except BadParameter as error:
+        return bad_request(request, error)
     backend = selectors.backend(f"{org}/{repo}")
     if backend is None:
-        return _not_found(request, f"No backend {org}/{repo} is known here.")
+        return not_found(request, f"No backend {org}/{repo} is known here.")
     now = clock.now()
     data = attribution.failed_tests_overview(backend.id, now - dt.timedelta(days=days), now)
     context = {
@@ -59,16 +41,17 @@ def tests(request: HttpRequest, org: str, repo: str) -> HttpResponse:
 
 def test_detail(request: HttpRequest, org: str, repo: str, test: str) -> HttpResponse:
     """`/crcr/<org>/<repo>/tests/<test id>`: one test's failures, newest first."""
-    days = _days(request)
-    if days is None:
-        return _bad_days(request)
+    try:
+        days = parse_days(request.GET, DEFAULT_DAYS)
+    except BadParameter as error:
+        return bad_request(request, error)
     backend = selectors.backend(f"{org}/{repo}")
     if backend is None:
-        return _not_found(request, f"No backend {org}/{repo} is known here.")
+        return not_found(request, f"No backend {org}/{repo} is known here.")
     now = clock.now()
     data = attribution.failed_test_history(backend.id, test, now - dt.timedelta(days=days), now)
     if data is None:
-        return _not_found(
+        return not_found(
             request, f"{test} did not fail on {backend.full_name} in the last {days} days."
         )
     context = {
