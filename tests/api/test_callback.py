@@ -312,6 +312,7 @@ def test_body_claiming_another_pr_than_its_known_delivery_is_400(client, oidc, b
     assert_error(
         post(client, oidc, body), 400, "contradicts_delivery", "payload.pull_request.number"
     )
+    assert Job.objects.count() == 0
 
 
 def test_unknown_delivery_is_stored_unverified(client, oidc, backend):
