@@ -13,7 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
-from hud import clock, levels, sql
+from hud import clock, levels, mirror, sql
 from hud.models import (
     Downstream,
     Job,
@@ -280,6 +280,9 @@ def _enqueue_mirror(downstream: Downstream, job: Job) -> None:
     """On commit, mirror an L3/L4 verified result onto the upstream PR (hud.mirror decides)."""
     if job.verified and downstream.level >= Level.L3 and job.source != Job.Source.IMPORT:
         from hud import tasks  # hud.tasks imports this module
+
+        if not mirror.mirror_enabled():
+            return  # the task would do nothing; not queueing it keeps bulk loads (the demo) fast
 
         tasks.enqueue(tasks.mirror_job, job.id)
 
