@@ -12,8 +12,11 @@ import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TextIO
 
 from django.contrib.auth.models import Group, User
+from django.db import transaction
+from tqdm import tqdm
 
 from hud import clock, ingest, levels, promotion, relay
 from hud.models import BackendMaintainer, Dispatch, Downstream, Job
@@ -170,17 +173,18 @@ class _Timeline:
     def at(self, moment: dt.datetime, action: Callable[[], object]) -> None:
         self.events.append((moment, len(self.events), action))
 
-    def replay(self, until: dt.datetime) -> int:
+    def replay(self, until: dt.datetime, progress: TextIO | None = None) -> int:
+        """Run every event up to `until`; a progress bar on `progress` when given."""
         self.events.sort(key=lambda event: (event[0], event[1]))
-        done = 0
-        with clock.frozen_at(self.events[0][0]) as moving:
-            for moment, _, action in self.events:
-                if moment > until:
-                    break
+        due = [event for event in self.events if event[0] <= until]
+        bar = tqdm(due, desc="demo history", unit=" events", file=progress, disable=not progress)
+        # One transaction: the services' own atomic blocks become savepoints, so the history
+        # costs one commit instead of one per callback (the same rows, about 3x faster).
+        with transaction.atomic(), clock.frozen_at(due[0][0]) as moving:
+            for moment, _, action in bar:
                 moving.set(moment)
                 action()
-                done += 1
-        return done
+        return len(due)
 
 
 def _callback_body(
@@ -263,8 +267,10 @@ def _report(downstream: Downstream, body: dict) -> None:
     ingest.store(downstream, parse_callback(body, downstream.full_name), source=Job.Source.CALLBACK)
 
 
-def build(now: dt.datetime, log: Callable[[str], None] = print) -> dict[str, int]:
-    """Build the demo history ending at `now`; returns counts of what was made."""
+def build(
+    now: dt.datetime, log: Callable[[str], None] = print, progress: TextIO | None = None
+) -> dict[str, int]:
+    """Build the demo history ending at `now` (a progress bar on `progress`); return counts."""
     rng = random.Random(20261129)
     start = (now - dt.timedelta(days=DAYS)).replace(hour=0, minute=0, second=0, microsecond=0)
     with clock.frozen_at(start - dt.timedelta(days=20)):
@@ -373,7 +379,7 @@ def build(now: dt.datetime, log: Callable[[str], None] = print) -> dict[str, int
         moment = (now - dt.timedelta(days=day - 1)).replace(hour=0, minute=30, second=0)
         timeline.at(moment, promotion.daily_evaluation)
     timeline.at(now - dt.timedelta(minutes=1), ingest.sweep_zombies)
-    events = timeline.replay(now)
+    events = timeline.replay(now, progress)
     log(
         f"demo: {counts['deliveries']} deliveries, about {counts['jobs']} job attempts, "
         f"{events} events replayed"
@@ -418,19 +424,23 @@ def _delivery_action(
     def action() -> None:
         raw = json.dumps(body, sort_keys=True).encode()
         delivery, _ = relay.record_delivery(delivery_id, event, body, raw, moment)
-        for downstream in backends.values():
-            # Until the relay sends real dispatches, the demo records them as sent.
-            Dispatch.objects.get_or_create(
-                delivery=delivery,
-                downstream=downstream,
-                defaults={
-                    "level_at_dispatch": downstream.level,
-                    "created_at": moment,
-                    "dispatched_at": moment,
-                    "outcome": Dispatch.Outcome.SENT,
-                    "attempts": 1,
-                },
-            )
+        # Until the relay sends real dispatches, the demo records them as sent: one statement
+        # per delivery (the (delivery, downstream) constraint keeps a re-run from doubling them).
+        Dispatch.objects.bulk_create(
+            [
+                Dispatch(
+                    delivery=delivery,
+                    downstream=downstream,
+                    level_at_dispatch=downstream.level,
+                    created_at=moment,
+                    dispatched_at=moment,
+                    outcome=Dispatch.Outcome.SENT,
+                    attempts=1,
+                )
+                for downstream in backends.values()
+            ],
+            ignore_conflicts=True,
+        )
 
     return action
 

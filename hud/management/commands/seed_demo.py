@@ -1,5 +1,7 @@
 """`manage.py seed_demo`: a deterministic demo history (skipped when data already exists)."""
 
+import sys
+
 from django.core.management.base import BaseCommand
 
 from hud import clock, demo
@@ -11,12 +13,19 @@ class Command(BaseCommand):
 
     help = "Load the demo history (backends L1–L4, PRs, trunk, nightlies, re-runs, failures)."
 
-    def handle(self, *args, **options) -> None:
+    def add_arguments(self, parser) -> None:
+        """--no-progress."""
+        parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    def handle(self, *args, no_progress: bool, **options) -> None:
         """Seed once; an existing database is left alone."""
         if Downstream.objects.exists():
             self.stdout.write("seed_demo: the database already holds backends; nothing to do")
         else:
-            demo.build(clock.now(), log=self.stdout.write)
+            # tqdm redraws one line with carriage returns; Django's OutputWrapper would end
+            # every redraw with a newline.
+            progress = None if no_progress else sys.stderr
+            demo.build(clock.now(), log=self.stdout.write, progress=progress)
         self.stdout.write("Demo sign-ins (embedded default only; never in production):")
         for line in demo.ensure_demo_users():
             self.stdout.write(line)
