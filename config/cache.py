@@ -7,6 +7,7 @@ is logged; the database keeps everything that matters.
 """
 
 import logging
+import re
 from typing import Any
 
 from django.core.cache.backends.redis import RedisCache
@@ -14,6 +15,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 logger = logging.getLogger(__name__)
+CLEAR_BATCH = 1000  # keys per DEL while clearing
 UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
@@ -96,7 +98,22 @@ class TolerantRedisCache(RedisCache):
             raise ValueError(f"Key {key!r} not found (cache unavailable)") from error
 
     def clear(self) -> None:
+        """Delete this installation's keys (under KEY_PREFIX), not the whole Redis database.
+
+        FLUSHDB would also drop what others keep in the same database: a Celery broker's
+        queues, or another parallel test worker's cache (each has its own KEY_PREFIX).
+        """
         try:
-            super().clear()
+            client = self._cache.get_client(write=True)
+            # make_key() writes "<prefix>:<version>:<key>"; the prefix is matched literally.
+            pattern = re.sub(r"([\\*?\[\]])", r"\\\1", self.key_prefix) + ":*"
+            batch: list[bytes] = []
+            for key in client.scan_iter(match=pattern, count=CLEAR_BATCH):
+                batch.append(key)
+                if len(batch) == CLEAR_BATCH:
+                    client.delete(*batch)
+                    batch.clear()
+            if batch:
+                client.delete(*batch)
         except UNREACHABLE as error:
             _unreachable("clear", error)

@@ -138,7 +138,11 @@ if CACHE_URL:
             # RedisCache that degrades (miss, drop) while Redis is down: see config/cache.py.
             "BACKEND": "config.cache.TolerantRedisCache",
             "LOCATION": CACHE_URL,
-            "KEY_PREFIX": "crcr",
+            # Parallel test workers (pytest-xdist) share the Redis database; each clears only
+            # its own keys (config.cache.TolerantRedisCache.clear).
+            "KEY_PREFIX": "crcr-" + os.environ["PYTEST_XDIST_WORKER"]
+            if TESTING and "PYTEST_XDIST_WORKER" in os.environ
+            else "crcr",
             "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
         }
     }
