@@ -6,12 +6,24 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test`: one per core (TEST_WORKERS=0 runs in one process).
+TEST_WORKERS ?= auto
 
 .PHONY: run test lint venv migrate demo clean screenshots
 
+# uv installs the pinned requirements in seconds; its own pin is the `uv==` line of
+# requirements-dev.txt. Where uv cannot be installed (no wheel for the platform), pip installs
+# the same pins.
+UV_PIN = $$(grep -m1 '^uv==' requirements-dev.txt)
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
+
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	if $(PIP) "$(UV_PIN)"; then \
+		$(VENV)/bin/uv pip install --quiet --python $(PY) -r requirements-dev.txt; \
+	else \
+		echo "uv unavailable; installing with pip"; $(PIP) -r requirements-dev.txt; \
+	fi
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -29,9 +41,10 @@ run: demo
 	DEBUG=1 $(PY) manage.py run_periodic --loop --interval 300 >/dev/null & \
 	DEBUG=1 $(PY) manage.py runserver --noreload $(HOST):$(PORT)
 
-## make test: the whole suite on whatever DATABASE_URL says (SQLite by default).
+## make test: the whole suite on whatever DATABASE_URL says (SQLite by default), on every
+## core; tests that start browsers, workers or servers run one at a time (tests/conftest.py).
 test: venv
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .

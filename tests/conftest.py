@@ -10,6 +10,8 @@ from hud import clock
 pytest_plugins = ["tests.support.oidc", "tests.support.fake_github", "tests.support.tasks"]
 
 _LOCAL_HOSTS = {"127.0.0.1", "::1", "localhost"}
+# Tests that start a browser, a Celery worker or their own servers, or run long timed loads.
+_EXCLUSIVE_MARKERS = ("browser", "worker", "fuzz")
 _real_connect = socket.socket.connect
 
 
@@ -18,6 +20,18 @@ def _guarded_connect(self, address):
     if isinstance(host, str) and host not in _LOCAL_HOSTS and not host.startswith("/"):
         raise RuntimeError(f"unplanned outbound network call to {address!r} in a test")
     return _real_connect(self, address)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under `pytest -n N --dist loadgroup`, the heavy tests run one at a time on one worker.
+
+    Each still has its own database, cache prefix, queue and free ports; grouping keeps two of
+    them from contending for the same cores against their startup and readiness deadlines.
+    """
+    for item in items:
+        heavy = any(item.get_closest_marker(name) for name in _EXCLUSIVE_MARKERS)
+        if heavy or "redis_server" in item.fixturenames:
+            item.add_marker(pytest.mark.xdist_group("exclusive"))
 
 
 @pytest.fixture(autouse=True)
