@@ -94,8 +94,7 @@ def load_attribution_policy(path: str | Path | None = None) -> AttributionPolicy
     """The `attribution:` block of the gate policy (CRCR_GATE_POLICY, else the shipped one)."""
     configured = path or getattr(settings, "CRCR_GATE_POLICY", None)
     policy_path = Path(configured) if configured else gates.DEFAULT_POLICY_PATH
-    with policy_path.open(encoding="utf-8") as handle:
-        data = yaml.safe_load(handle) or {}
+    data = gates.read_yaml(policy_path) or {}
     block = data.get("attribution") or {}
     if not isinstance(block, Mapping):
         raise gates.PolicyError("attribution: must be a mapping")

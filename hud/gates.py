@@ -235,12 +235,20 @@ def parse_policy(data: Any, source: str = "") -> Policy:
     return Policy(levels, k, grace, source, basis)
 
 
+def read_yaml(path: Path) -> Any:
+    """A policy file's YAML, parsed safely (libyaml's parser when PyYAML has it: 10x faster).
+
+    Every gate evaluation and gate page reads the policy afresh, so edits apply at once.
+    """
+    with path.open(encoding="utf-8") as handle:
+        # S506 cannot see through getattr: both loaders are the safe ones.
+        return yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
+
+
 def load_policy(path: str | Path | None = None) -> Policy:
     """Load and validate the policy at `path` (settings' CRCR_GATE_POLICY), else the shipped one."""
     policy_path = Path(path) if path else DEFAULT_POLICY_PATH
-    with policy_path.open(encoding="utf-8") as handle:
-        data = yaml.safe_load(handle)
-    return parse_policy(data, str(policy_path))
+    return parse_policy(read_yaml(policy_path), str(policy_path))
 
 
 # --------------------------------------------------------------------------- metrics
