@@ -34,12 +34,26 @@ migrate: venv
 demo: migrate
 	$(PY) manage.py seed_demo
 
-## make run: install, migrate, load the demo history, serve http://127.0.0.1:8000 (embedded).
-run: demo
+# `make run` migrates and seeds only when the embedded database is missing, or older than the
+# installed packages or a migration, so a second run starts serving at once. With another
+# DATABASE_URL it always does both (seed_demo leaves a database that holds backends alone).
+DEMO_STAMP := $(VENV)/.demo-seeded
+DEMO_DB_READY := $(if $(DATABASE_URL),,$(wildcard db.sqlite3))
+$(DEMO_STAMP): $(STAMP) $(wildcard hud/migrations/0*.py) $(if $(DEMO_DB_READY),,FORCE)
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py seed_demo
+	touch $@
+
+.PHONY: FORCE
+FORCE:
+
+## make run: install, migrate, load the demo history, serve http://$(HOST):$(PORT) (embedded).
+## The system checks ran in migrate; the server skips them to answer sooner.
+run: $(DEMO_STAMP)
 	@echo "Serving CRCR HUD on http://$(HOST):$(PORT)/  (Ctrl-C to stop)"
 	@trap 'kill 0' INT TERM EXIT; \
 	DEBUG=1 $(PY) manage.py run_periodic --loop --interval 300 >/dev/null & \
-	DEBUG=1 $(PY) manage.py runserver --noreload $(HOST):$(PORT)
+	DEBUG=1 $(PY) manage.py runserver --noreload --skip-checks $(HOST):$(PORT)
 
 ## make test: the whole suite on whatever DATABASE_URL says (SQLite by default), on every
 ## core; tests that start browsers, workers or servers run one at a time (tests/conftest.py).
