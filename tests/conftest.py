@@ -1,6 +1,8 @@
 """Shared fixtures: no unplanned network, a frozen clock, builders for domain rows."""
 
 import datetime as dt
+import fcntl
+import os
 import socket
 
 import pytest
@@ -32,6 +34,24 @@ def pytest_collection_modifyitems(config, items):
         heavy = any(item.get_closest_marker(name) for name in _EXCLUSIVE_MARKERS)
         if heavy or "redis_server" in item.fixturenames:
             item.add_marker(pytest.mark.xdist_group("exclusive"))
+
+
+@pytest.fixture(autouse=True)
+def _alone_when_marked_serial(request, tmp_path_factory):
+    """Under pytest-xdist, a `serial` test holds a lock that every other test shares.
+
+    It waits for the other workers' running tests to end, and they wait for it: a test that
+    measures the real clock gets the cores to itself.
+    """
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    # Each worker's base temp sits in one folder per run: the lock is per run, not per worker.
+    path = tmp_path_factory.getbasetemp().parent / "serial.lock"
+    serial = request.node.get_closest_marker("serial") is not None
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if serial else fcntl.LOCK_SH)
+        yield  # closing the file releases the lock
 
 
 @pytest.fixture(autouse=True)

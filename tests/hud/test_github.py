@@ -466,6 +466,7 @@ def test_fake_can_be_used_without_the_fixture(frozen_clock):
         fake.stop()
 
 
+@pytest.mark.serial
 def test_client_and_fake_agree_on_the_real_clock(fake_github):
     client = upstream_client()
     client.create_issue_comment(UPSTREAM, 3, "one")
