@@ -4,6 +4,7 @@ The embedded default (no environment at all) is SQLite plus an in-process task p
 production sets DATABASE_URL, CELERY_BROKER_URL, CACHE_URL, SECRET_KEY and ALLOWED_HOSTS.
 """
 
+import logging
 import os
 import sys
 import tempfile
@@ -150,6 +151,8 @@ CELERY_BROKER_URL = env("CELERY_BROKER_URL") or None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Workers and beat log through LOGGING below (config.celery's setup_logging receiver).
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
@@ -302,6 +305,8 @@ LOGGING = {
     "root": {"handlers": ["stderr"], "level": LOG_LEVEL},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+# Python warnings become records of `py.warnings`, so they too are JSON lines in every process.
+logging.captureWarnings(True)
 
 # --- Sign-in with GitHub (django-allauth) ---------------------------------------------------
 # Passwords stay for the embedded default and demo users; allauth's backend serves GitHub.
