@@ -40,7 +40,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef, Q
 
-from hud import clock, github, metrics, notifications, relay
+from hud import clock, github, leases, metrics, notifications, relay
 from hud.models import (
     CheckRunMirror,
     Delivery,
@@ -240,12 +240,17 @@ def _latest_attempts(jobs: Iterable[Job]) -> list[Job]:
 
 
 def _claim(model: type, row_id: int, now: dt.datetime) -> bool:
-    expired = now - dt.timedelta(seconds=relay.lease_seconds())
-    return bool(
-        model.objects.filter(id=row_id)
-        .filter(Q(claimed_at__isnull=True) | Q(claimed_at__lt=expired))
-        .update(claimed_at=now, resync=False)
+    lease = relay.lease_seconds()
+    free = Q(claimed_at__isnull=True) | Q(claimed_at__lt=now - dt.timedelta(seconds=lease))
+    orphaned = leases.left_by_this_task(model.__name__, row_id)
+    if orphaned is not None:  # this task's earlier run died holding the row
+        free |= Q(claimed_at=orphaned)
+    claimed = bool(
+        model.objects.filter(id=row_id).filter(free).update(claimed_at=now, resync=False)
     )
+    if claimed:
+        leases.record(model.__name__, row_id, now, lease)
+    return claimed
 
 
 def _write(model: type, row_id: int, claimed_at: dt.datetime, **fields: Any) -> bool:
