@@ -314,7 +314,11 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["stderr"], "level": LOG_LEVEL},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # Celery's pool (billiard) logs here without propagating ("a pool process exited").
+        "multiprocessing": {"handlers": ["stderr"], "level": "WARNING", "propagate": False},
+    },
 }
 # Python warnings become records of `py.warnings`, so they too are JSON lines in every process.
 logging.captureWarnings(True)
