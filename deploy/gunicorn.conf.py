@@ -109,6 +109,9 @@ os.environ.setdefault(
     "PROMETHEUS_MULTIPROC_DIR",
     str(Path(tempfile.gettempdir()) / f"crcr-prometheus-{os.getpid()}"),
 )
+# Imported here, once the folder is set, not inside child_exit: that runs in a signal handler,
+# and two workers exiting together re-entered a half-done import (ImportError, plain text).
+from prometheus_client import multiprocess  # noqa: E402
 
 
 def on_starting(server: Any) -> None:
@@ -121,8 +124,6 @@ def on_starting(server: Any) -> None:
 
 def child_exit(server: Any, worker: Any) -> None:
     """Tell prometheus-client a worker is gone (its counters stay counted)."""
-    from prometheus_client import multiprocess
-
     multiprocess.mark_process_dead(worker.pid)
 
 
