@@ -18,10 +18,9 @@ import httpx
 import jwt
 from django.conf import settings
 from django.core.cache import cache
-from django.db import connection
 from django.http import HttpRequest
 
-from hud import clock, sql
+from hud import clock, ingest
 
 logger = logging.getLogger(__name__)
 
@@ -274,23 +273,15 @@ def bearer_token(request: HttpRequest) -> str:
     return parts[1]
 
 
-def consume_jti(claims: dict[str, Any]) -> None:
-    """Record the token's jti so it is accepted once; TokenError when it was already used."""
+def callback_token(claims: dict[str, Any]) -> ingest.CallbackToken:
+    """The token's id and expiry, spent by hud.ingest with the result; TokenError when bad."""
     jti = claims.get("jti")
     if not isinstance(jti, str) or not jti:
         raise TokenError("the token has no jti claim")
     if len(jti) > MAX_JTI_LENGTH:
         raise TokenError("the token's jti claim is too long")
     expires_at = dt.datetime.fromtimestamp(_numeric_claim(claims, "exp"), tz=dt.UTC)
-    # One statement on every callback: a duplicate inserts nothing instead of failing, so
-    # there is no error to roll back and no savepoint to pay for, inside a transaction or not.
-    with connection.cursor() as cursor:
-        cursor.execute(
-            sql.CONSUME_JTI,
-            (jti, connection.ops.adapt_datetimefield_value(expires_at)),
-        )
-        if cursor.rowcount == 0:
-            raise TokenError("token already used")
+    return ingest.CallbackToken(jti, expires_at)
 
 
 # --- Webhook HMAC and bot key -------------------------------------------------------------

@@ -76,10 +76,10 @@ def callback(request: HttpRequest, body: bytes) -> JsonResponse:
     """POST /github/callback: a downstream job reports in_progress or completed."""
     try:
         claims = authentication.verify_oidc_token(authentication.bearer_token(request))
-        authentication.consume_jti(claims)
+        token = authentication.callback_token(claims)
     except authentication.TokenError as error:
         return error_response(401, "invalid_token", str(error))
-    return _answer(ingest.receive_callback(claims["repository"], body))
+    return _answer(ingest.receive_callback(claims["repository"], body, token))
 
 
 @ingestion_endpoint

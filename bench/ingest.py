@@ -399,37 +399,37 @@ def floor_failed_tests(cursor: psycopg.Cursor, job_id: int, data: Any) -> None:
 def floor_callback(conn: psycopg.Connection, keys: dict, callback: Callback) -> str:
     """One callback through the floor: verify, consume jti, admit, validate, store.
 
-    The statements are hud.sql's, in hud.ingest's order and transactions; the parameters are
-    built here, straight from the parsed callback.
+    The statements are hud.sql's, in hud.ingest's order and in its one transaction (the token
+    is spent with the result); the parameters are built here, straight from the parsed callback.
     """
     claims = floor_verify(callback.token, keys)
-    expires = dt.datetime.fromtimestamp(claims["exp"], dt.UTC)
-    if not conn.execute(sql.CONSUME_JTI, (claims["jti"], expires)).rowcount:
-        raise FloorRejected("401")
-    repo = claims["repository"]
-    downstream = conn.execute(sql.FIND_DOWNSTREAM, (repo.lower(),)).fetchone()
-    if downstream is None or downstream[5] or downstream[2] < 2:
-        raise FloorRejected("403")
-    downstream_id, full_name = downstream[0], downstream[1]
-    capacity, per_second = 2.0 * RATE_LIMIT_PER_MIN, RATE_LIMIT_PER_MIN / 60.0
-    now = time.time()
-    spent = conn.execute(
-        sql.take_rate_token("postgresql"),
-        sql.rate_token_params(downstream_id, now, capacity, per_second),
-    ).rowcount
-    if not spent:  # the first callback of a backend (hud.ingest creates the bucket then)
-        conn.execute(
-            "INSERT INTO hud_ratebucket (downstream_id, tokens, updated_epoch)"
-            " VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-            (downstream_id, capacity - 1.0, now),
-        )
-    try:
-        data = parse_callback(decode_json(callback.body), full_name)
-    except PayloadError as error:
-        raise FloorRejected("400") from error
-    received = dt.datetime.now(dt.UTC)
-    completed = data.status == "completed"
     with conn.transaction(), conn.cursor() as cursor:
+        expires = dt.datetime.fromtimestamp(claims["exp"], dt.UTC)
+        if not cursor.execute(sql.CONSUME_JTI, (claims["jti"], expires)).rowcount:
+            raise FloorRejected("401")
+        repo = claims["repository"]
+        downstream = cursor.execute(sql.FIND_DOWNSTREAM, (repo.lower(),)).fetchone()
+        if downstream is None or downstream[5] or downstream[2] < 2:
+            raise FloorRejected("403")
+        downstream_id, full_name = downstream[0], downstream[1]
+        capacity, per_second = 2.0 * RATE_LIMIT_PER_MIN, RATE_LIMIT_PER_MIN / 60.0
+        now = time.time()
+        spent = cursor.execute(
+            sql.take_rate_token("postgresql"),
+            sql.rate_token_params(downstream_id, now, capacity, per_second),
+        ).rowcount
+        if not spent:  # the first callback of a backend (hud.ingest creates the bucket then)
+            cursor.execute(
+                "INSERT INTO hud_ratebucket (downstream_id, tokens, updated_epoch)"
+                " VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                (downstream_id, capacity - 1.0, now),
+            )
+        try:
+            data = parse_callback(decode_json(callback.body), full_name)
+        except PayloadError as error:
+            raise FloorRejected("400") from error
+        received = dt.datetime.now(dt.UTC)
+        completed = data.status == "completed"
         delivery = cursor.execute(sql.FIND_DELIVERY, (downstream_id, data.delivery_id)).fetchone()
         if delivery and (
             (data.head_sha_field and delivery[4] and data.head_sha != delivery[4])

@@ -167,7 +167,9 @@ def run(args: argparse.Namespace) -> int:
                                 job_name=f"job-{job}",
                             )
                             outcome = ingest.receive_callback(
-                                backend.full_name, json.dumps(body).encode()
+                                backend.full_name,
+                                json.dumps(body).encode(),
+                                builders.callback_token(),
                             )
                             assert outcome.status in ("created", "updated"), outcome
                             expected[(backend.full_name, f"{number}/{job}")] = conclusion

@@ -4,15 +4,24 @@ Without CELERY_BROKER_URL the embedded default never talks to a broker: hud.task
 work to an in-process pool after commit instead.
 """
 
+import logging
 import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import setup_logging, task_postrun, task_prerun
+from celery.signals import (
+    setup_logging,
+    task_postrun,
+    task_prerun,
+    worker_ready,
+    worker_shutting_down,
+)
 
 from config.logging_context import request_id_var, task_request_id
+from hud import leases
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+logger = logging.getLogger(__name__)
 
 app = Celery("crcr_hud")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -33,15 +42,20 @@ app.conf.beat_schedule = {
 
 
 @task_prerun.connect
-def _bind_request_id(task: Any = None, **kwargs: Any) -> None:
-    """A task's log lines carry the id of the request that enqueued it (none for beat's)."""
+def _bind_request_id(task: Any = None, task_id: str | None = None, **kwargs: Any) -> None:
+    """A task's log lines carry the id of the request that enqueued it (none for beat's).
+
+    Its own id lets a redelivery take back the leases a dead run of it left (hud.leases).
+    """
     request_id_var.set(task_request_id(task.request) if task is not None else None)
+    leases.current_task_id.set(task_id)
 
 
 @task_postrun.connect
 def _forget_request_id(**kwargs: Any) -> None:
     """The worker's next task starts without an id of its own."""
     request_id_var.set(None)
+    leases.current_task_id.set(None)
 
 
 @setup_logging.connect
@@ -55,3 +69,21 @@ def _use_django_logging(**kwargs: Any) -> None:
     from django.conf import settings
 
     dictConfig(settings.LOGGING)
+
+
+@worker_ready.connect
+def _log_warm_shutdown_as_json(sender: Any = None, **kwargs: Any) -> None:
+    """Re-install the SIGTERM handler without its plain-text print to stdout.
+
+    _log_shutdown below writes the same notice as a JSON line (run with `celery --quiet`, so
+    no banner either: every line a worker writes is JSON).
+    """
+    from celery.apps.worker import install_worker_term_handler
+
+    install_worker_term_handler(sender.controller, verbose=False)
+
+
+@worker_shutting_down.connect
+def _log_shutdown(sig: str = "", how: str = "", exitcode: int = 0, **kwargs: Any) -> None:
+    """The worker was told to stop (SIGTERM: finish the running tasks, then exit)."""
+    logger.info("worker shutting down", extra={"signal": sig, "how": how, "exitcode": exitcode})

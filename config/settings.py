@@ -4,6 +4,7 @@ The embedded default (no environment at all) is SQLite plus an in-process task p
 production sets DATABASE_URL, CELERY_BROKER_URL, CACHE_URL, SECRET_KEY and ALLOWED_HOSTS.
 """
 
+import logging
 import os
 import sys
 import tempfile
@@ -151,9 +152,22 @@ else:
 
 # --- Celery -------------------------------------------------------------------------------
 CELERY_BROKER_URL = env("CELERY_BROKER_URL") or None
+# A task is acknowledged when it ends: one whose worker process dies is handed back at once
+# (reject on worker lost) and redelivered with its id, which takes back its leases (hud.leases).
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Every run is killed after this many seconds (the reconcilers redo what it left).
+CELERY_TASK_TIME_LIMIT = int(env("CRCR_TASK_TIME_LIMIT", "600"))
+# Redis hands an unacknowledged message to another worker after the visibility timeout; it must
+# outlast the longest run and the longest retry countdown a worker holds a message for
+# (hud.relay.retry_delay: an hour plus 10 % jitter), or one message would run twice.
+CRCR_LONGEST_RETRY_COUNTDOWN_SECONDS = 3960
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": CRCR_LONGEST_RETRY_COUNTDOWN_SECONDS + CELERY_TASK_TIME_LIMIT + 60
+}
+# Workers and beat log through LOGGING below (config.celery's setup_logging receiver).
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
@@ -304,8 +318,14 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["stderr"], "level": LOG_LEVEL},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # Celery's pool (billiard) logs here without propagating ("a pool process exited").
+        "multiprocessing": {"handlers": ["stderr"], "level": "WARNING", "propagate": False},
+    },
 }
+# Python warnings become records of `py.warnings`, so they too are JSON lines in every process.
+logging.captureWarnings(True)
 
 # --- Sign-in with GitHub (django-allauth) ---------------------------------------------------
 # Passwords stay for the embedded default and demo users; allauth's backend serves GitHub.

@@ -1,12 +1,14 @@
 """gunicorn settings for CRCR HUD: `gunicorn -c deploy/gunicorn.conf.py config.wsgi`.
 
 Every value can be overridden from the environment (GUNICORN_*; WEB_CONCURRENCY is honoured
-too). Access lines are JSON objects, one per line on stdout, carrying the request id.
+too). gunicorn's own lines go through Django's LOGGING (config/settings.py), as the web app's
+and Celery's do: JSON objects, one per line, on stderr; access lines are JSON objects on
+stdout, carrying the request id.
 """
 
 from __future__ import annotations
 
-import json
+import copy
 import multiprocessing
 import os
 import shutil
@@ -52,19 +54,15 @@ loglevel = os.environ.get("GUNICORN_LOGLEVEL", "info")
 
 
 class JsonAccessLogger(Logger):
-    """Writes each access line as one JSON object (no query string: it is never logged)."""
+    """Logs each answer as one record of `gunicorn.access` (no query string: never logged)."""
 
     def access(self, resp: Any, req: Any, environ: dict, request_time: Any) -> None:
-        """One line per answer: time, method, path, status, bytes, duration, request id."""
+        """One line per answer: method, path, status, bytes, duration, request id."""
         if not self.cfg.accesslog:
             return
         status = resp.status.split(None, 1)[0] if isinstance(resp.status, str) else resp.status
         headers = {name.lower(): value for name, value in (resp.headers or [])}
-        line = {
-            "time": self.now().strip("[]"),
-            "level": "INFO",
-            "logger": "gunicorn.access",
-            "message": "request",
+        fields = {
             "remote": environ.get("REMOTE_ADDR", "-"),
             "forwarded_for": environ.get("HTTP_X_FORWARDED_FOR"),
             "method": environ.get("REQUEST_METHOD"),
@@ -76,11 +74,31 @@ class JsonAccessLogger(Logger):
             "user_agent": environ.get("HTTP_USER_AGENT"),
         }
         try:
-            self.access_log.info(json.dumps(line, separators=(",", ":")))
+            self.access_log.info("request", extra=fields)
         except Exception:  # a log line must never fail a request
             self.error("could not write an access line")
 
 
+def _logconfig() -> dict[str, Any]:
+    """Django's LOGGING plus gunicorn's two loggers: errors on stderr, answers on stdout."""
+    from config import settings as django_settings  # the one logging configuration
+
+    config = copy.deepcopy(django_settings.LOGGING)
+    config["handlers"]["stdout"] = {**config["handlers"]["stderr"], "stream": "ext://sys.stdout"}
+    config["loggers"]["gunicorn.error"] = {
+        "level": loglevel.upper(),
+        "handlers": ["stderr"],
+        "propagate": False,
+    }
+    config["loggers"]["gunicorn.access"] = {
+        "level": "INFO",
+        "handlers": ["stdout"],
+        "propagate": False,
+    }
+    return config
+
+
+logconfig_dict = _logconfig()
 logger_class = JsonAccessLogger
 
 # --- Prometheus counters across workers ----------------------------------------------------
@@ -91,6 +109,9 @@ os.environ.setdefault(
     "PROMETHEUS_MULTIPROC_DIR",
     str(Path(tempfile.gettempdir()) / f"crcr-prometheus-{os.getpid()}"),
 )
+# Imported here, once the folder is set, not inside child_exit: that runs in a signal handler,
+# and two workers exiting together re-entered a half-done import (ImportError, plain text).
+from prometheus_client import multiprocess  # noqa: E402
 
 
 def on_starting(server: Any) -> None:
@@ -103,8 +124,6 @@ def on_starting(server: Any) -> None:
 
 def child_exit(server: Any, worker: Any) -> None:
     """Tell prometheus-client a worker is gone (its counters stay counted)."""
-    from prometheus_client import multiprocess
-
     multiprocess.mark_process_dead(worker.pid)
 
 

@@ -60,6 +60,14 @@ class Rejected(Exception):
 
 
 @dataclass(frozen=True)
+class CallbackToken:
+    """The id and expiry of the token that authorised a callback (its `jti` and `exp`)."""
+
+    jti: str
+    expires_at: dt.datetime
+
+
+@dataclass(frozen=True)
 class TrustedTiming:
     """Times a trusted source (relay forward, history import) vouches for."""
 
@@ -137,17 +145,44 @@ def _spend_rate_token(
 # --- Entry points -------------------------------------------------------------------------
 
 
-def receive_callback(repo: str, raw_body: bytes) -> Outcome:
-    """A downstream's callback whose token named `repo`: steps 3–7 of the answer order."""
-    downstream = admit(repo)
-    if downstream is None:
-        return Outcome("ignored")
+def receive_callback(repo: str, raw_body: bytes, token: CallbackToken) -> Outcome:
+    """A downstream's callback whose token named `repo`: steps 2 (replay) to 7 of the order.
+
+    The token is spent in the transaction that stores its result, so a crash or a 503 leaves
+    it usable for the sender's retry. A definitive refusal (4xx other than 429) spends it too;
+    a 429 leaves it usable, since the sender is told to come back with it.
+    """
     try:
-        # The token's repository, not the backend's name: they differ after a rename (alias).
-        data = parse_callback(decode_json(raw_body), repo)
-    except PayloadError as error:
-        raise Rejected.from_payload_error(error) from error
-    return store(downstream, data, source=Job.Source.CALLBACK)
+        with transaction.atomic():
+            if not spend_token(token):
+                raise Rejected(401, "invalid_token", "token already used")
+            downstream = admit(repo)
+            if downstream is None:
+                return Outcome("ignored")
+            try:
+                # The token's repository, not the backend's name: they differ after a rename.
+                data = parse_callback(decode_json(raw_body), repo)
+            except PayloadError as error:
+                raise Rejected.from_payload_error(error) from error
+            return _settle(downstream, data, source=Job.Source.CALLBACK, timing=None)
+    except Rejected as refusal:
+        if refusal.http_status not in (401, 429):
+            # Rolled back with the refusal; a concurrent copy may have spent it already.
+            spend_token(token)
+        raise
+
+
+def spend_token(token: CallbackToken) -> bool:
+    """Record the token id; False when it was already recorded (a replay)."""
+    # One statement: a replay inserts nothing instead of failing, so there is no error to
+    # roll back and no savepoint to pay for. Under PostgreSQL a concurrent copy of the token
+    # waits here until the first one's transaction ends, then inserts nothing.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql.CONSUME_JTI,
+            (token.jti, connection.ops.adapt_datetimefield_value(token.expires_at)),
+        )
+        return cursor.rowcount > 0
 
 
 def parse_forward(body: Any) -> tuple[str, int, TrustedTiming, Any]:
@@ -225,25 +260,32 @@ def store(
     downstream: Downstream, data: CallbackData, *, source: str, timing: TrustedTiming | None = None
 ) -> Outcome:
     """Step 7: upsert the job by its row key, moving its state only forward."""
-    now = clock.now()
     with transaction.atomic():
-        delivery = _find_delivery(downstream, data.delivery_id)
-        if delivery is not None:
-            _check_against_delivery(data, delivery)
-        job = _lock_job(downstream, data)
-        if job is None:
-            job = _new_job(downstream, data, delivery, source, timing, now)
-            if _insert_job(job):
-                if data.status == Job.Status.COMPLETED:
-                    _store_failed_tests(job, data)
-                _enqueue_mirror(downstream, job)
-                return Outcome("created", job.id)
-            # A concurrent identical callback won the insert; settle against its row.
-            job = _lock_job(downstream, data)
-        outcome = _transition(job, data, timing, now)
-        if outcome.status == "updated":
+        return _settle(downstream, data, source=source, timing=timing)
+
+
+def _settle(
+    downstream: Downstream, data: CallbackData, *, source: str, timing: TrustedTiming | None
+) -> Outcome:
+    """`store` inside a transaction the caller holds (no savepoint on the callback path)."""
+    now = clock.now()
+    delivery = _find_delivery(downstream, data.delivery_id)
+    if delivery is not None:
+        _check_against_delivery(data, delivery)
+    job = _lock_job(downstream, data)
+    if job is None:
+        job = _new_job(downstream, data, delivery, source, timing, now)
+        if _insert_job(job):
+            if data.status == Job.Status.COMPLETED:
+                _store_failed_tests(job, data)
             _enqueue_mirror(downstream, job)
-        return outcome
+            return Outcome("created", job.id)
+        # A concurrent identical callback won the insert; settle against its row.
+        job = _lock_job(downstream, data)
+    outcome = _transition(job, data, timing, now)
+    if outcome.status == "updated":
+        _enqueue_mirror(downstream, job)
+    return outcome
 
 
 def _find_delivery(downstream: Downstream, delivery_id: str) -> KnownDelivery | None:

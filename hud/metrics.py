@@ -29,7 +29,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError
-from django.db.models import Count, F, Min, Q, QuerySet
+from django.db.models import Case, Count, Exists, F, Min, OuterRef, Q, QuerySet, When
 from django.db.models.functions import Coalesce
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -43,6 +43,7 @@ from hud.models import (
     Dispatch,
     GateCheck,
     Job,
+    Level,
     Notification,
     OncallComment,
     RerunRequest,
@@ -155,6 +156,51 @@ def reconciler_backlogs(now: dt.datetime) -> dict[str, tuple[int, dt.datetime | 
     }
 
 
+def github_unsynced_since(
+    now: dt.datetime, backlogs: dict[str, tuple[int, dt.datetime | None]]
+) -> dt.datetime | None:
+    """When the oldest job change GitHub has not acknowledged (check run or gate) happened.
+
+    Unlike the reconciler backlog this also sees changes no worker has looked at yet (workers
+    down, a lost enqueue): a check run computed from an older job state, a gate not evaluated
+    since its job changed, a job with no mirror row at all. `backlogs`: reconciler_backlogs'.
+    """
+    from hud import mirror  # hud.mirror counts its errors here
+
+    if not mirror.mirror_enabled():
+        return None
+    window, _ = _mirror_window(now)
+    gate_evaluated = Exists(
+        GateCheck.objects.filter(
+            head_sha=OuterRef("head_sha"), evaluated_at__gte=OuterRef("updated_at")
+        )
+    )
+    behind = (
+        Job.objects.filter(
+            verified=True,
+            event_type="pull_request",
+            pr_number__gt=0,
+            downstream__level__gte=Level.L3,
+            updated_at__gte=window,
+        )
+        .exclude(source=Job.Source.IMPORT)
+        .filter(
+            Q(mirror__isnull=True)
+            | Q(mirror__source_updated_at__isnull=True)
+            | Q(mirror__source_updated_at__lt=F("updated_at"))
+            | (Q(downstream__level__gte=Level.L4) & ~gate_evaluated)
+        )
+    )
+    # Never sent: the job's first report is the oldest change; else its latest one.
+    first_change = Case(
+        When(mirror__sent_at__isnull=True, then=Coalesce("in_progress_received_at", "updated_at")),
+        default=F("updated_at"),
+    )
+    oldest = [behind.aggregate(oldest=Min(first_change))["oldest"]]
+    oldest += [backlogs["check_run"][1], backlogs["gate"][1]]
+    return min((moment for moment in oldest if moment is not None), default=None)
+
+
 def mirror_failing(now: dt.datetime) -> dict[tuple[str, str], int]:
     """Mirror rows inside the reconciler's window whose last GitHub call failed.
 
@@ -219,6 +265,7 @@ class StateCollector(Collector):
             ).count()
             backlogs = reconciler_backlogs(now)
             failing = mirror_failing(now)
+            unsynced = github_unsynced_since(now, backlogs)
         except DatabaseError as error:
             logger.warning("metrics: database unavailable", extra={"error": type(error).__name__})
             yield _gauge("crcr_database_up", "Whether the scrape could read the database.", 0)
@@ -257,6 +304,12 @@ class StateCollector(Collector):
             age.add_metric([queue], max((now - since).total_seconds(), 0.0) if since else 0.0)
         yield backlog
         yield age
+        yield _gauge(
+            "crcr_github_unsynced_age_seconds",
+            "Age of the oldest job change GitHub does not show yet on its check run or gate "
+            "(0 when in sync), including changes no worker has picked up.",
+            max((now - unsynced).total_seconds(), 0.0) if unsynced else 0.0,
+        )
         failures = GaugeMetricFamily(
             "crcr_mirror_failing",
             "Mirror rows (inside the reconciler window) whose last GitHub call failed, by kind "

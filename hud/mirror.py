@@ -40,7 +40,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef, Q
 
-from hud import clock, github, metrics, notifications, relay
+from hud import clock, github, leases, metrics, notifications, relay
 from hud.models import (
     CheckRunMirror,
     Delivery,
@@ -68,6 +68,7 @@ MESSAGE_CHARS = 200
 ERROR_CHARS = 500
 MAX_PASSES = 3
 ZWJ = "\u200d"
+NOT_MIRRORED_YET = "not mirrored yet"
 SILENCING_VERDICTS = frozenset({"flaky", "infra"})
 PASSED_CONCLUSIONS = frozenset({"success", "skipped", "neutral"})
 NON_BLOCKING_CONCLUSIONS = frozenset({"cancelled", "timed_out"})
@@ -239,12 +240,17 @@ def _latest_attempts(jobs: Iterable[Job]) -> list[Job]:
 
 
 def _claim(model: type, row_id: int, now: dt.datetime) -> bool:
-    expired = now - dt.timedelta(seconds=relay.lease_seconds())
-    return bool(
-        model.objects.filter(id=row_id)
-        .filter(Q(claimed_at__isnull=True) | Q(claimed_at__lt=expired))
-        .update(claimed_at=now, resync=False)
+    lease = relay.lease_seconds()
+    free = Q(claimed_at__isnull=True) | Q(claimed_at__lt=now - dt.timedelta(seconds=lease))
+    orphaned = leases.left_by_this_task(model.__name__, row_id)
+    if orphaned is not None:  # this task's earlier run died holding the row
+        free |= Q(claimed_at=orphaned)
+    claimed = bool(
+        model.objects.filter(id=row_id).filter(free).update(claimed_at=now, resync=False)
     )
+    if claimed:
+        leases.record(model.__name__, row_id, now, lease)
+    return claimed
 
 
 def _write(model: type, row_id: int, claimed_at: dt.datetime, **fields: Any) -> bool:
@@ -983,33 +989,79 @@ def sync_gate(head_sha: str) -> SyncOutcome:
     return _run_claimed(GateCheck, gate.id, now, lambda at: _gate_step(gate.id, at))
 
 
-def _sync_info(row: Any) -> dict[str, Any]:
-    """How far a mirrored row got on GitHub, for pages and the API."""
-    if row is None:
-        return {"sync": "not_mirrored", "check_run_id": None, "html_url": ""}
-    if getattr(row, "wanted", True) is False and row.check_run_id is None:
-        sync = "not_mirrored"
-    elif row.check_run_id is not None and row.sent_hash == row.desired_hash:
+def _oldest_change(changes: Iterable[dt.datetime | None], sent_at: dt.datetime | None) -> Any:
+    """The earliest of `changes` that GitHub has not acknowledged (after `sent_at`), if any."""
+    unsent = [moment for moment in changes if moment and (sent_at is None or moment > sent_at)]
+    return min(unsent, default=None)
+
+
+def _sync_info(
+    row: Any,
+    current: bool,
+    changes: Iterable[dt.datetime | None] = (),
+    now: dt.datetime | None = None,
+) -> dict[str, Any]:
+    """How far a mirrored row got on GitHub, for pages and the API.
+
+    `sent` only when GitHub acknowledged the state the row must show now (`current`: the
+    caller compared it with what is stored now, since a worker that is down has not even
+    recomputed the row); otherwise `pending` with the age of the oldest change GitHub has not
+    seen (`changes`: when what the row shows changed), or `failed` once attempts ran out.
+    """
+    sent_at = row.sent_at if row is not None else None
+    if row is None or (getattr(row, "wanted", True) is False and row.check_run_id is None):
+        sync = "pending" if current is False else "not_mirrored"
+    elif current and row.check_run_id is not None and row.sent_hash == row.desired_hash:
         sync = "sent"
-    elif row.attempts >= _max_attempts():
+    elif current and row.attempts >= _max_attempts():
         sync = "failed"
     else:
         sync = "pending"
+    pending_since = None
+    if sync == "pending":
+        pending_since = _oldest_change(changes, sent_at) or (row.created_at if row else None)
+    now = now or clock.now()
     return {
         "sync": sync,
-        "check_run_id": row.check_run_id,
-        "html_url": row.html_url,
-        "sent_at": _iso(row.sent_at),
-        "last_sent_state": row.last_sent_state,
-        "last_error": row.last_error,
+        "check_run_id": row.check_run_id if row else None,
+        "html_url": row.html_url if row else "",
+        "sent_at": _iso(sent_at),
+        "last_sent_state": row.last_sent_state if row else None,
+        "last_error": row.last_error if row else "",
         "reason": getattr(row, "skip_reason", ""),
+        "pending_since": _iso(pending_since),
+        "pending_seconds": max((now - pending_since).total_seconds(), 0.0)
+        if pending_since
+        else None,
     }
 
 
 def gate_state(head_sha: str, now: dt.datetime | None = None) -> dict[str, Any]:
-    """`gate_decision` plus how far the `crcr/gate` check run got on GitHub (`check_run`)."""
+    """`gate_decision` plus how far the `crcr/gate` check run got on GitHub (`check_run`).
+
+    The gate is `sent` only when GitHub shows the decision as it stands now, not merely the
+    last one a worker computed.
+    """
+    now = now or clock.now()
     decision = gate_decision(head_sha, now)
-    decision["check_run"] = _sync_info(GateCheck.objects.filter(head_sha=head_sha).first())
+    gate = GateCheck.objects.filter(head_sha=head_sha).first()
+    wanted = mirror_enabled() and Dispatch.objects.filter(delivery__head_sha=head_sha).exists()
+    if not wanted and gate is None:
+        decision["check_run"] = _sync_info(None, current=True)
+        return decision
+    current = gate is not None and gate.sent_hash == _hash(gate_fields(decision))
+    changes = list(
+        Job.objects.filter(head_sha=head_sha).values_list(
+            "in_progress_received_at", "completed_received_at", "updated_at"
+        )
+    )
+    dispatched = Dispatch.objects.filter(delivery__head_sha=head_sha).values_list(
+        "created_at", flat=True
+    )
+    recheck = gate.recheck_at if gate is not None and gate.recheck_at else None
+    moments = [moment for row in changes for moment in row]
+    moments += [*dispatched, recheck if recheck and recheck <= now else None]
+    decision["check_run"] = _sync_info(gate, current, moments, now)
     return decision
 
 
@@ -1025,7 +1077,7 @@ def _not_mirrored_reason(job: Job, level: int, labels: set[str]) -> str:
     label = device_label(job.downstream)
     if level == Level.L3 and (label is None or label.lower() not in labels):
         return f"L3: the pull request does not carry the label {label or '(no device)'}"
-    return "not mirrored yet"
+    return NOT_MIRRORED_YET
 
 
 def pr_mirror_state(
@@ -1065,11 +1117,21 @@ def pr_mirror_state(
     job_list = list(jobs)
     levels = relay.effective_levels({j.downstream_id: j.downstream for j in job_list}.values(), now)
     labels = {label.lower() for label in _pr_labels(pr_number)}
+    mirroring = mirror_enabled()
     check_runs = []
     for job in job_list:
-        info = _sync_info(getattr(job, "mirror", None))
+        row = getattr(job, "mirror", None)
+        reason = _not_mirrored_reason(job, levels[job.downstream_id], labels)
+        # Current when the row was computed from the job's latest state, or nothing is wanted.
+        unwanted = not mirroring or reason != NOT_MIRRORED_YET
+        seen = row is not None and row.source_updated_at is not None
+        current = (seen and row.source_updated_at >= job.updated_at) or (
+            unwanted and (row is None or row.check_run_id is None)
+        )
+        changes = (job.in_progress_received_at, job.completed_received_at, job.updated_at)
+        info = _sync_info(row, current, changes, now)
         if info["sync"] == "not_mirrored" and not info.get("reason"):
-            info["reason"] = _not_mirrored_reason(job, levels[job.downstream_id], labels)
+            info["reason"] = reason
         check_runs.append(
             {
                 "job_id": job.id,

@@ -31,7 +31,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
 
-from hud import clock, github
+from hud import clock, github, leases
 from hud.models import Delivery, Dispatch, Downstream, Job, Level, LevelOverride
 from hud.payload import clean_json, cut_utf8
 
@@ -470,12 +470,19 @@ def retry_delay(attempts: int, retry_after: float | None) -> float:
 
 def _claim(dispatch_id: int, now: dt.datetime) -> bool:
     """Take the row for one send attempt; False if sent, given up, or another holds it."""
-    expired = now - dt.timedelta(seconds=lease_seconds())
-    return bool(
+    lease = lease_seconds()
+    free = Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=now - dt.timedelta(seconds=lease))
+    orphaned = leases.left_by_this_task("Dispatch", dispatch_id)
+    if orphaned is not None:  # this task's earlier run died holding the row
+        free |= Q(dispatched_at=orphaned)
+    claimed = bool(
         Dispatch.objects.filter(id=dispatch_id, outcome=Dispatch.Outcome.PENDING)
-        .filter(Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=expired))
+        .filter(free)
         .update(dispatched_at=now, attempts=F("attempts") + 1)
     )
+    if claimed:
+        leases.record("Dispatch", dispatch_id, now, lease)
+    return claimed
 
 
 def _finish(dispatch_id: int, claimed_at: dt.datetime, **fields: Any) -> None:

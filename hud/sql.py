@@ -1,11 +1,10 @@
 """The statements every callback runs, written out once as plain SQL.
 
-The callback path (`hud.ingest`, `api.authentication.consume_jti`) runs these on every request;
-building them through the ORM cost more CPU than the database spent answering them
-(docs/performance.md, "Ingestion"). They are portable between PostgreSQL and SQLite (%s
-placeholders, `ON CONFLICT`, `RETURNING`), and `bench/ingest.py` runs the very same strings
-through psycopg as its floor. Rare branches (a first callback of a backend, an alias, a
-re-run's queue time) stay in the ORM.
+The callback path (`hud.ingest`) runs these on every request; building them through the ORM
+cost more CPU than the database spent answering them (docs/performance.md, "Ingestion"). They
+are portable between PostgreSQL and SQLite (%s placeholders, `ON CONFLICT`, `RETURNING`), and
+`bench/ingest.py` runs the very same strings through psycopg as its floor. Rare branches (a
+first callback of a backend, an alias, a re-run's queue time) stay in the ORM.
 
 `tests/hud/test_sql.py` checks the column lists against the models, so a new field cannot be
 silently left out.
@@ -22,7 +21,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, models
 
 ModelT = TypeVar("ModelT", bound=models.Model)
 
-# --- Token replay (api.authentication.consume_jti) -----------------------------------------
+# --- Token replay (hud.ingest.spend_token) ------------------------------------------------
 
 # A replayed token id inserts nothing (rowcount 0) instead of failing: no error to roll back.
 CONSUME_JTI = (

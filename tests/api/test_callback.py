@@ -516,3 +516,78 @@ def test_completed_at_in_the_future_is_clamped_to_receipt(client, oidc, backend,
     body["workflow"]["completed_at"] = (frozen_clock() + dt.timedelta(days=3)).isoformat()
     post(client, oidc, body)
     assert Job.objects.get().reported_completed_at == frozen_clock()
+
+
+# --- A token is spent exactly when its result is stored or definitively refused -----------
+
+
+def post_with(client, token, body):
+    """Send `body` under a given bearer token (to send one token more than once)."""
+    return client.post(
+        URL, json.dumps(body), content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}"
+    )
+
+
+def test_a_token_whose_result_met_a_503_is_still_usable(client, oidc, backend):
+    token = oidc.mint(REPO)
+    with mock.patch("hud.ingest._insert_job", side_effect=DatabaseError("down")):
+        assert_error(post_with(client, token, builders.callback_body()), 503, "unavailable")
+    assert Job.objects.count() == 0
+
+    retried = post_with(client, token, builders.callback_body())
+    assert retried.json()["status"] == "created"
+    assert post_with(client, token, builders.callback_body()).status_code == 401
+
+
+def test_a_token_whose_worker_crashed_mid_store_is_still_usable(client, oidc, backend):
+    token = oidc.mint(REPO)
+    with (
+        mock.patch("hud.ingest._store_failed_tests", side_effect=SystemExit("killed")),
+        pytest.raises(SystemExit),
+    ):
+        post_with(client, token, completed(failed_tests=[{"name": "test_a"}]))
+    assert Job.objects.count() == 0
+
+    retried = post_with(client, token, completed(failed_tests=[{"name": "test_a"}]))
+    assert retried.json()["status"] == "created"
+    assert FailedTest.objects.count() == 1
+
+
+def test_a_token_refused_with_429_is_usable_once_the_bucket_refills(
+    client, oidc, backend, settings, frozen_clock
+):
+    settings.CRCR_RATE_LIMIT_PER_MIN = 1
+    for run_id in (1, 2):
+        assert post(client, oidc, builders.callback_body(run_id=run_id)).status_code == 200
+    token = oidc.mint(REPO)
+    assert_error(post_with(client, token, builders.callback_body(run_id=3)), 429, "rate_limited")
+
+    frozen_clock.advance(seconds=60)
+    assert post_with(client, token, builders.callback_body(run_id=3)).json()["status"] == "created"
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (builders.callback_body(run_id="not-a-number"), 400),
+        (completed(conclusion="failure"), 409),
+    ],
+)
+def test_a_token_definitively_refused_is_spent(client, oidc, backend, body, status):
+    post(client, oidc, completed())
+    token = oidc.mint(REPO)
+    assert post_with(client, token, body).status_code == status
+
+    assert_error(post_with(client, token, builders.callback_body(run_id=77)), 401, "invalid_token")
+    assert Job.objects.count() == 1
+
+
+def test_a_token_of_a_repository_not_allowlisted_is_spent(client, oidc, backend):
+    token = oidc.mint("org/unknown")
+    assert_error(
+        post_with(client, token, builders.callback_body("org/unknown")), 403, "not_allowlisted"
+    )
+
+    assert_error(
+        post_with(client, token, builders.callback_body("org/unknown")), 401, "invalid_token"
+    )

@@ -1,5 +1,6 @@
 """Concurrent identical callbacks are settled by the database: one row, one `created`."""
 
+import json
 import threading
 from collections import Counter
 
@@ -7,7 +8,7 @@ import pytest
 from django.db import connection
 
 from hud import ingest
-from hud.models import FailedTest, Job, Level
+from hud.models import FailedTest, Job, Level, UsedToken
 from hud.payload import parse_callback
 from tests.support import builders
 
@@ -76,3 +77,17 @@ def test_concurrent_callbacks_spend_the_rate_limit_exactly(frozen_clock, setting
     backend = builders.downstream("org/repo", Level.L2)
     outcomes = race(lambda: ingest.take_rate_token(backend))
     assert sorted(outcome is None for outcome in outcomes) == [False] * 2 + [True] * 6
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_same_token_sent_twice_at_once_stores_once(frozen_clock):
+    builders.downstream("org/repo", Level.L2)
+    token = builders.callback_token()
+    body = json.dumps(builders.callback_body()).encode()
+    outcomes = race(lambda: ingest.receive_callback("org/repo", body, token))
+    assert Counter(getattr(o, "status", None) or o.http_status for o in outcomes) == {
+        "created": 1,
+        401: THREADS - 1,
+    }
+    assert Job.objects.count() == 1
+    assert UsedToken.objects.get().jti == token.jti

@@ -49,7 +49,9 @@ class Mirror:
         """A downstream's callback for a delivery, stored and its on-commit work run."""
         callback = builders.callback_body(repo, delivery_id=guid, payload=body, **kwargs)
         with self._capture(execute=True):
-            return ingest.receive_callback(repo, json.dumps(callback).encode())
+            return ingest.receive_callback(
+                repo, json.dumps(callback).encode(), builders.callback_token()
+            )
 
     def reconcile(self) -> dict:
         """One pass of the mirror reconciler, its enqueued work executed."""

@@ -129,7 +129,9 @@ def test_an_unverified_result_is_never_mirrored(env, django_capture_on_commit_ca
     import json
 
     with django_capture_on_commit_callbacks(execute=True):
-        outcome = ingest.receive_callback(L4, json.dumps(callback).encode())
+        outcome = ingest.receive_callback(
+            L4, json.dumps(callback).encode(), builders.callback_token()
+        )
     assert Job.objects.get(id=outcome.job_id).verified is False
     assert mirror.sync_job(outcome.job_id).result == mirror.SyncResult.NOT_WANTED
     env.reconcile()

@@ -1,12 +1,15 @@
 """The `crcr/gate` check: one per dispatched head SHA, the L4 rule, the same answer in the API."""
 
 import copy
+import json
 
 import pytest
 
 from hud import ingest, mirror
 from hud.models import Downstream, GateCheck, Level
 from tests.mirror.conftest import L2, L4, fixture_body, new_guid
+from tests.ops.conftest import metric, scrape
+from tests.support import builders
 
 
 def _sha(body: dict) -> str:
@@ -197,3 +200,38 @@ def test_the_api_answers_with_the_same_decision_as_the_check(env, client):
         assert answer[key] == decision[key]
     assert answer["pending"][0]["state"] == "not_started"
     assert env.gate_runs(sha)[0]["output"]["title"] == answer["title"]
+
+
+def test_with_the_worker_down_the_gate_and_check_run_read_pending_with_their_age(env, client):
+    guid, body = env.fan_out()
+    sha = _sha(body)
+    env.callback(L4, guid, body, job_name="test-ops")
+    assert client.get(f"/api/v1/gate/{sha}").json()["check_run"]["sync"] == "sent"
+
+    # The worker is down: the completion is stored, but nothing reaches GitHub.
+    env.clock.advance(seconds=30)
+    callback = builders.callback_body(
+        L4,
+        delivery_id=guid,
+        payload=body,
+        job_name="test-ops",
+        status="completed",
+        conclusion="failure",
+    )
+    completed_at = env.clock()
+    ingest.receive_callback(L4, json.dumps(callback).encode(), builders.callback_token())
+    env.clock.advance(seconds=150)  # past the reconciler's settle time
+
+    sync = client.get(f"/api/v1/gate/{sha}").json()["check_run"]
+    assert sync["sync"] == "pending"
+    assert sync["pending_since"] == completed_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert sync["pending_seconds"] == 150.0
+    [run] = [r for r in mirror.pr_mirror_state(2)["check_runs"] if r["downstream"] == L4]
+    assert (run["sync"], run["pending_seconds"]) == ("pending", 150.0)
+    assert metric(scrape(client), "crcr_github_unsynced_age_seconds") == 150.0
+
+    env.reconcile()
+    assert client.get(f"/api/v1/gate/{sha}").json()["check_run"]["sync"] == "sent"
+    [run] = [r for r in mirror.pr_mirror_state(2)["check_runs"] if r["downstream"] == L4]
+    assert (run["sync"], run["pending_seconds"]) == ("sent", None)
+    assert metric(scrape(client), "crcr_github_unsynced_age_seconds") == 0.0

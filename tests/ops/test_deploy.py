@@ -31,6 +31,9 @@ PRODUCTION_ENV = {
 }
 
 
+CHECK_DEPLOY_OUTPUT = "System check identified no issues (1 silenced)."
+
+
 def production_env(**extra: str) -> dict[str, str]:
     """The documented production variables with a fresh 50+ character secret key."""
     return {**PRODUCTION_ENV, "SECRET_KEY": secrets.token_urlsafe(64), **extra}
@@ -42,7 +45,9 @@ def production_env(**extra: str) -> dict[str, str]:
 def test_check_deploy_is_clean_with_the_documented_production_settings():
     result = run_manage("check", "--deploy", "--fail-level", "WARNING", env=production_env())
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "no issues" in result.stdout
+    # Exactly what the docs tell the operator to expect (the one silenced: HSTS preload).
+    assert result.stdout == f"{CHECK_DEPLOY_OUTPUT}\n"
+    assert f"`{CHECK_DEPLOY_OUTPUT}`" in (ROOT / "docs" / "operations.md").read_text()
 
 
 def test_check_deploy_is_clean_against_postgresql_and_redis_too():
@@ -208,12 +213,15 @@ def test_gunicorn_serves_with_two_workers_json_access_lines_and_summed_counters(
     finally:
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=30)
-    access = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    # Every line of both streams is one JSON object: the access log and gunicorn's own.
+    access = [json.loads(line) for line in out.splitlines()]
     probes = [line for line in access if line.get("request_id") == "probe-1"]
     assert len(probes) == 20
     assert probes[0]["path"] == "/healthz" and probes[0]["status"] == 200
     assert {line["logger"] for line in access} == {"gunicorn.access"}
-    assert "Booting worker" in err
+    errors = [json.loads(line) for line in err.splitlines()]
+    booted = [line for line in errors if line["message"].startswith("Booting worker")]
+    assert len(booted) == 2 and booted[0]["logger"] == "gunicorn.error"
 
 
 # --- The other files ---------------------------------------------------------------------
@@ -237,8 +245,9 @@ def test_compose_runs_postgres_redis_web_worker_and_one_beat():
     services = compose["services"]
     assert {"postgres", "redis", "migrate", "web", "worker", "beat"} <= set(services)
     assert services["web"]["command"][:3] == ["gunicorn", "-c", "deploy/gunicorn.conf.py"]
-    assert services["worker"]["command"][:4] == ["celery", "-A", "config", "worker"]
-    assert services["beat"]["command"][:4] == ["celery", "-A", "config", "beat"]
+    assert " ".join(services["web"]["command"]).startswith(START["web"])
+    assert " ".join(services["worker"]["command"]).startswith(START["worker"])
+    assert " ".join(services["beat"]["command"]).startswith(START["beat"])
     assert "deploy" not in services["beat"]  # never replicated
     for name in ("web", "worker", "beat"):
         assert services[name]["depends_on"]["migrate"] == {
@@ -252,8 +261,8 @@ def test_systemd_units_start_gunicorn_the_worker_and_beat():
     web = (units / "crcr-web.service").read_text()
     assert "gunicorn -c deploy/gunicorn.conf.py config.wsgi" in web
     assert "EnvironmentFile=/etc/crcr-hud/env" in web
-    assert "celery -A config worker" in (units / "crcr-worker.service").read_text()
-    assert "celery -A config beat" in (units / "crcr-beat.service").read_text()
+    assert "celery --quiet -A config worker" in (units / "crcr-worker.service").read_text()
+    assert "celery --quiet -A config beat" in (units / "crcr-beat.service").read_text()
     assert "manage.py prune" in (units / "crcr-prune.service").read_text()
 
 
@@ -286,3 +295,89 @@ def test_nginx_example_forwards_the_scheme_and_sizes_bodies_per_path():
     webhook = conf.split("location = /github/webhook", 1)[1].split("}", 1)[0]
     assert "client_max_body_size 26m;" in webhook
     assert "ssl_certificate" in conf and "proxy_read_timeout" in conf
+
+
+CELERY = str(Path(sys.executable).parent / "celery")
+
+
+def _run_until(command: list[str], env: dict, tmp_path: Path, name: str, until: str) -> list:
+    """Start `command`, wait for `until` in its stderr, stop it with SIGTERM: its lines."""
+    out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=stdout, stderr=stderr)
+        try:
+            deadline = time.monotonic() + 60
+            while until not in err.read_text() and time.monotonic() < deadline:
+                assert process.poll() is None, err.read_text()
+                time.sleep(0.2)
+            assert until in err.read_text()
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=30)
+    return out.read_text().splitlines() + err.read_text().splitlines()
+
+
+def test_celery_worker_and_beat_write_only_json_lines(tmp_path):
+    """As started by the units: `celery --quiet` then Django's LOGGING, banner-free."""
+    env = {
+        "PATH": os.environ["PATH"],
+        **production_env(CELERY_BROKER_URL="memory://", DATABASE_URL=f"sqlite:///{tmp_path}/db"),
+    }
+    worker = _run_until(
+        [CELERY, "--quiet", "-A", "config", "worker", "--pool=solo", "--loglevel=INFO"],
+        env,
+        tmp_path,
+        "worker",
+        "ready.",
+    )
+    beat = _run_until(
+        [
+            CELERY,
+            "--quiet",
+            "-A",
+            "config",
+            "beat",
+            "--loglevel=INFO",
+            f"--schedule={tmp_path / 'beat-schedule'}",
+        ],
+        env,
+        tmp_path,
+        "beat",
+        "Starting",
+    )
+    worker_lines = [json.loads(line) for line in worker]
+    assert "worker shutting down" in [line["message"] for line in worker_lines]
+    assert any(line["message"].endswith("ready.") for line in worker_lines)
+    assert [json.loads(line)["logger"] for line in beat] == ["celery.beat"]
+
+
+# The one way to start each process; units, compose and the docs may only add options.
+START = {
+    "web": "gunicorn -c deploy/gunicorn.conf.py config.wsgi",
+    "worker": "celery --quiet -A config worker --loglevel=INFO",
+    "beat": "celery --quiet -A config beat --loglevel=INFO",
+}
+# A command line (up to a backtick, pipe, quote or the end of the line) run by gunicorn or celery.
+COMMAND = re.compile(r"\b(?:gunicorn|celery)(?: +[^\s`|'\\]+)*")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "README.md",
+        "docs/operations.md",
+        "deploy/systemd/crcr-web.service",
+        "deploy/systemd/crcr-worker.service",
+        "deploy/systemd/crcr-beat.service",
+    ],
+)
+def test_each_process_starts_the_same_way_everywhere(path):
+    """Without --quiet Celery prints a plain-text banner; without -c gunicorn runs 1 worker."""
+    text = re.sub(r"\s*\\\n\s*", " ", (ROOT / path).read_text())
+    if path.endswith(".md"):  # commands, not prose: code blocks and inline code
+        text = "\n".join(re.findall(r"```.*?```|`[^`\n]+`", text, re.DOTALL))
+    starting = {"config.wsgi", "worker", "beat"}
+    commands = [found for found in COMMAND.findall(text) if starting & set(found.split())]
+    assert commands
+    for command in commands:
+        assert any(command.startswith(start) for start in START.values()), command

@@ -89,8 +89,10 @@ def test_lines_logged_inside_a_view_carry_the_id(client, json_lines, monkeypatch
         raise ingest.Rejected(403, "not_allowlisted", "no")
 
     monkeypatch.setattr(ingest, "admit", failing_admit)
-    monkeypatch.setattr("api.authentication.verify_oidc_token", lambda token: {"repository": "o/r"})
-    monkeypatch.setattr("api.authentication.consume_jti", lambda claims: None)
+    monkeypatch.setattr(
+        "api.authentication.verify_oidc_token",
+        lambda token: {"repository": "o/r", "jti": "j", "exp": 2_000_000_000},
+    )
     client.post(
         "/github/callback",
         "{}",

@@ -18,7 +18,7 @@ def _fan_out(relay_fixture, name: str = "pull_request.opened") -> tuple[str, dic
 
 def _callback(repo: str, guid: str, body: dict, **kwargs) -> ingest.Outcome:
     callback = builders.callback_body(repo, delivery_id=guid, payload=body, **kwargs)
-    return ingest.receive_callback(repo, json.dumps(callback).encode())
+    return ingest.receive_callback(repo, json.dumps(callback).encode(), builders.callback_token())
 
 
 def test_a_callback_matched_to_its_dispatch_gets_its_queue_time(relay):

@@ -4,6 +4,8 @@ Needs CRCR_TEST_REDIS_URL (a Redis database the test may use) and a database the
 process can open: PostgreSQL, or the SQLite test file (WAL, so both processes share it).
 """
 
+import contextlib
+import json
 import os
 import secrets
 import signal
@@ -14,11 +16,14 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
+from kombu import pools as kombu_pools
 
 from config.celery import app as celery_app
-from hud import tasks
-from hud.models import Dispatch
-from tests.relay.conftest import SECRET, fixture_body, new_guid, post_webhook
+from hud import ingest, tasks
+from hud.models import CheckRunMirror, Dispatch, GateCheck
+from tests.relay.conftest import SECRET, UPSTREAM, fixture_body, new_guid, post_webhook
+from tests.support import builders
+from tests.support.fake_github import Canned
 
 REDIS_URL = os.environ.get("CRCR_TEST_REDIS_URL")
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,10 +64,9 @@ def _wait_for(predicate, seconds: float = WAIT_SECONDS) -> bool:
     return False
 
 
-@pytest.fixture
-def worker(fake_github, settings, tmp_path, monkeypatch):
+@contextlib.contextmanager
+def running_worker(fake_github, tmp_path, monkeypatch, pool: tuple[str, ...], **extra_env: str):
     """A `celery -A config worker` subprocess on the test database and Redis; stopped after."""
-    settings.CELERY_BROKER_URL = REDIS_URL
     monkeypatch.setattr(celery_app.conf, "broker_url", REDIS_URL)
     queue = f"crcr-test-{os.getpid()}"
     monkeypatch.setattr(celery_app.conf, "task_default_queue", queue)
@@ -83,6 +87,7 @@ def worker(fake_github, settings, tmp_path, monkeypatch):
     }
     for name in ("GITHUB_APP_PRIVATE_KEY_FILE", "GITHUB_DISPATCH_APP_ID", "CACHE_URL"):
         env.pop(name, None)
+    env.update(extra_env)
     log = tmp_path / "worker.log"
     with log.open("wb") as output:
         process = subprocess.Popen(
@@ -93,8 +98,7 @@ def worker(fake_github, settings, tmp_path, monkeypatch):
                 "-A",
                 "config",
                 "worker",
-                "--pool=threads",
-                "--concurrency=4",
+                *pool,
                 "-Q",
                 queue,
                 "--without-gossip",
@@ -119,8 +123,20 @@ def worker(fake_github, settings, tmp_path, monkeypatch):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
-        pool = celery_app.pool
-        pool.force_close_all()
+        # Close this process's broker connections; the next test's enqueues open fresh ones.
+        kombu_pools.reset()
+        celery_app._pool = None
+        celery_app.amqp._producer_pool = None
+
+
+@pytest.fixture
+def worker(fake_github, settings, tmp_path, monkeypatch):
+    """A threaded worker (4 threads) on the test database and Redis."""
+    settings.CELERY_BROKER_URL = REDIS_URL
+    with running_worker(
+        fake_github, tmp_path, monkeypatch, ("--pool=threads", "--concurrency=4")
+    ) as started:
+        yield started
 
 
 @pytest.mark.django_db(transaction=True)
@@ -156,3 +172,72 @@ def test_a_real_worker_sends_every_dispatch_once(worker, fake_github, backends, 
     expected = {"event_type": "pull_request", "delivery_id": guid, "payload": body}
     assert all(d["client_payload"] == expected for d in fake_github.dispatches)
     assert process.poll() is None  # still running: the fixture stops it
+
+
+def _pool_child(worker_pid: int) -> int:
+    """The pid of the prefork worker's one pool process."""
+    children = [
+        int(pid)
+        for pid in Path(f"/proc/{worker_pid}/task/{worker_pid}/children").read_text().split()
+    ]
+    assert len(children) == 1, children
+    return children[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_process_killed_mid_sync_is_redone_in_seconds_without_a_duplicate(
+    fake_github, backends, client, settings, tmp_path, monkeypatch
+):
+    settings.GITHUB_WEBHOOK_SECRET = SECRET
+    settings.CELERY_BROKER_URL = REDIS_URL
+    settings.CRCR_UPSTREAM_REPO = UPSTREAM
+    settings.CRCR_CHECK_RUNS = True
+    settings.GITHUB_APP_ID = str(fake_github.default_app.app_id)
+    settings.GITHUB_APP_PRIVATE_KEY = fake_github.default_app.private_key_pem
+    guid, body = new_guid(), fixture_body("pull_request.opened")
+    # The first check run GitHub is asked for answers late: the worker dies while it waits.
+    fake_github.enqueue("POST", f"/repos/{UPSTREAM}/check-runs", Canned.slow(2.0))
+    with running_worker(
+        fake_github,
+        tmp_path,
+        monkeypatch,
+        ("--pool=prefork", "--concurrency=1"),
+        CACHE_URL=REDIS_URL,  # the leases' holders, shared by the worker's processes
+        CRCR_UPSTREAM_REPO=UPSTREAM,
+    ) as (process, log):
+        assert post_webhook(client, "pull_request", body, guid=guid).status_code == 200
+        callback = builders.callback_body(
+            "org4/repo4", delivery_id=guid, payload=body, job_name="test"
+        )
+        outcome = ingest.receive_callback(
+            "org4/repo4", json.dumps(callback).encode(), builders.callback_token()
+        )
+
+        def sending() -> bool:  # a create on the wire: the row knows it asked, not the answer
+            return any(
+                model.objects.filter(create_attempted_at__isnull=False, check_run_id=None).exists()
+                for model in (CheckRunMirror, GateCheck)
+            )
+
+        assert _wait_for(sending), log.read_text()[-4000:]
+        os.kill(_pool_child(process.pid), signal.SIGKILL)
+        killed = time.monotonic()
+
+        def sent() -> bool:
+            rows = [
+                CheckRunMirror.objects.filter(job_id=outcome.job_id).first(),
+                GateCheck.objects.filter(head_sha=body["pull_request"]["head"]["sha"]).first(),
+            ]
+            return all(
+                row and row.check_run_id and row.sent_hash == row.desired_hash for row in rows
+            )
+
+        assert _wait_for(sent), log.read_text()[-4000:]
+        recovered = time.monotonic() - killed
+    print(f"\nworker process killed mid-sync: check run sent {recovered:.1f} s later")
+    assert recovered < 60
+    runs = fake_github.check_runs_for(UPSTREAM)
+    names = [run["name"] for run in runs]
+    assert sorted(names) == sorted(set(names)), names  # one check run per name, no duplicate
+    assert f"crcr/org4/repo4/{callback['workflow']['name']}/test" in names
+    assert "crcr/gate" in names

@@ -136,7 +136,9 @@ def _replay_and_compare(oidc, frozen_clock, settings, total: int) -> None:
     serial_answers: Counter = Counter()
     for callback in serial:
         serial_answers[
-            ingest.receive_callback(callback.repo, json.dumps(callback.body).encode()).status
+            ingest.receive_callback(
+                callback.repo, json.dumps(callback.body).encode(), builders.callback_token()
+            ).status
         ] += 1
     assert set(serial_answers) <= {"created", "updated"}
     expected = _stored()

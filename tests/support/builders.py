@@ -2,9 +2,10 @@
 
 import datetime as dt
 import itertools
+import uuid
 from typing import Any
 
-from hud import clock
+from hud import clock, ingest
 from hud.models import Delivery, Dispatch, Downstream, Level
 
 _numbers = itertools.count(1)
@@ -17,6 +18,11 @@ def downstream(full_name: str = "org/repo", level: int = Level.L2, **fields: Any
     return Downstream.objects.create(
         full_name=full_name, level=level, created_at=fields.pop("created_at", clock.now()), **fields
     )
+
+
+def callback_token() -> ingest.CallbackToken:
+    """A fresh token id, as api.authentication takes it from a verified OIDC token."""
+    return ingest.CallbackToken(str(uuid.uuid4()), clock.now() + dt.timedelta(minutes=5))
 
 
 def pr_payload(number: int = 1234, sha: str = HEAD_SHA, labels: tuple[str, ...] = ()) -> dict:

@@ -2,7 +2,7 @@
 
 import time
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from hud import periodic
 
@@ -19,6 +19,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, loop: bool, interval: int, **options) -> None:
         """Run each periodic job and print what it did."""
+        if interval < 1:
+            raise CommandError("--interval must be at least 1 second")
         while True:
             for name, result in periodic.run_all().items():
                 self.stdout.write(f"{name}: {result}")
