@@ -4,7 +4,9 @@ from django.contrib import admin
 from django.urls import include, path
 
 from api.metrics import metrics_view
-from hud import accounts, delivery_views
+from hud import accounts, converters, delivery_views
+
+converters.register()
 
 urlpatterns = [
     path("django-admin/", admin.site.urls),
