@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 from api import authentication
 from api.errors import error_response
 from hud import relay
-from hud.payload import PayloadError, decode_json
+from hud.payload import PayloadError, check_webhook, decode_json
 
 logger = logging.getLogger(__name__)
 MAX_GUID_CHARS = 100  # Delivery.delivery_id max_length
@@ -96,6 +96,10 @@ def webhook(request: HttpRequest) -> JsonResponse:
         return error_response(400, error.code, error.detail, error.field)
     if not isinstance(body, dict):
         return error_response(400, "invalid_body", "the webhook body must be a JSON object")
+    try:
+        check_webhook(event, body)
+    except PayloadError as error:
+        return error_response(400, error.code, error.detail, error.field)
     try:
         outcome = relay.receive_webhook(guid, event, body, raw)
     except DatabaseError:
