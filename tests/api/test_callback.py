@@ -15,12 +15,6 @@ URL = "/github/callback"
 REPO = "org/repo"
 
 
-@pytest.fixture
-def backend(frozen_clock):
-    """An L2 backend named like the token's repository claim."""
-    return builders.downstream(REPO, Level.L2)
-
-
 def post(client, oidc, body, repository=REPO, **headers):
     """Send a callback the way the public action does (curl --data @file, JSON)."""
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()

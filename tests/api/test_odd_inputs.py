@@ -11,19 +11,13 @@ import json
 import pytest
 
 from hud import promotion
-from hud.models import Downstream, FailedTest, Job, Level, LevelChange
+from hud.models import Downstream, FailedTest, Job, LevelChange
 from tests.conftest import NOW
 from tests.support import builders
 
 pytestmark = pytest.mark.django_db
 REPO = "org/repo"
 KEY = "k"
-
-
-@pytest.fixture
-def backend(frozen_clock):
-    """An L2 backend named like the token's repository claim."""
-    return builders.downstream(REPO, Level.L2)
 
 
 @pytest.fixture
