@@ -402,6 +402,7 @@ def test_crawl_of_every_route_with_odd_query_values_finds_no_server_error(client
 
 
 @pytest.mark.fuzz
+@pytest.mark.timeout(3600)  # 18,358 requests: about 30 min on a loaded 2-core machine
 def test_fuzz_crawl_of_every_route_with_every_odd_query_value(client, stored_history):
     requests, errors = crawl(client, ODD_QUERY_VALUES, one_at_a_time=True)
     print(f"crawl: {requests} requests, {len(errors)} 5xx")
