@@ -17,6 +17,7 @@ import os
 from typing import Any
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from hypothesis import HealthCheck, given, settings
@@ -357,18 +358,21 @@ def route_templates() -> list[str]:
     return sorted(set(paths))
 
 
-def crawl(client: Client, values: list[str], *, one_at_a_time: bool) -> tuple[int, list[str]]:
+def crawl(
+    client: Client, values: list[str], *, one_at_a_time: bool, prefix: str = "/"
+) -> tuple[int, list[str]]:
     """GET every route bare and with odd query values; the 5xx found.
 
     `one_at_a_time`: each value in each parameter alone (the fuzz run); otherwise each value
-    in every parameter at once (the bounded run: one request per route and value).
+    in every parameter at once (the bounded run: one request per route and value). `prefix`
+    limits the crawl to the routes under it.
     """
     if one_at_a_time:
         queries = [{name: value} for name in QUERY_NAMES for value in values]
     else:
         queries = [dict.fromkeys(QUERY_NAMES, value) for value in values]
     requests, errors = 0, []
-    for path in route_templates():
+    for path in [route for route in route_templates() if route.startswith(prefix)]:
         for query in [{}, *queries]:
             requests += 1
             status = client.get(path, query).status_code
@@ -398,6 +402,15 @@ def test_crawl_of_every_route_with_odd_query_values_finds_no_server_error(client
     requests, errors = crawl(client, ODD_QUERY_VALUES, one_at_a_time=False)
     print(f"crawl: {len(route_templates())} routes, {requests} requests, {len(errors)} 5xx")
     assert requests > 300
+    assert errors == []
+
+
+def test_crawl_of_the_admin_pages_signed_in_finds_no_server_error(client, stored_history):
+    admin = get_user_model().objects.create_superuser("crawl-admin", password="x")
+    client.force_login(admin)
+    assert client.get("/crcr/admin").status_code == 200  # signed in, not redirected
+    requests, errors = crawl(client, ODD_QUERY_VALUES, one_at_a_time=False, prefix="/crcr/admin")
+    assert requests >= 5 * (1 + len(ODD_QUERY_VALUES))
     assert errors == []
 
 
