@@ -31,7 +31,7 @@ RETRY_AFTER_UNAVAILABLE = "30"
 def _read_capped_body(request: HttpRequest, limit: int) -> bytes | None:
     """The raw body, or None when it is over `limit` (checked before reading it whole)."""
     declared = request.META.get("CONTENT_LENGTH")
-    if declared and declared.isdigit() and int(declared) > limit:
+    if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
         return None
     body = request.read(limit + 1)
     return None if len(body) > limit else body

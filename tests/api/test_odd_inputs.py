@@ -225,3 +225,16 @@ def criterion_statuses(value) -> dict[str, str]:
         for item in value:
             found.update(criterion_statuses(item))
     return found
+
+
+def test_callback_with_unicode_digits_as_content_length_is_not_a_server_error(
+    client, oidc, backend
+):
+    response = client.post(
+        "/github/callback",
+        b"{}",
+        content_type="application/json",
+        CONTENT_LENGTH="²",
+        **oidc.headers(REPO),
+    )
+    assert response.status_code == 400  # the body is read as empty: not JSON

@@ -58,3 +58,10 @@ def test_webhook_field_we_read_with_the_wrong_shape_is_400_naming_it(relay, path
     assert response.status_code == 400, response.content
     assert response.json()["field"] == field
     assert not Delivery.objects.exists()
+
+
+def test_webhook_with_unicode_digits_as_content_length_is_not_a_server_error(client):
+    response = client.post(
+        "/github/webhook", b"{}", content_type="application/json", CONTENT_LENGTH="²"
+    )
+    assert response.status_code == 400  # the body is read as empty: its signature is missing
