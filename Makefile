@@ -83,9 +83,17 @@ bench: venv
 	$(PY) bench/mirror.py --pg $(BENCH_PG)
 	BENCH_PG=$(BENCH_PG) $(PY) bench/pages.py
 
-## make reliability: the fuzz-marked reliability tests on PostgreSQL (the full 10,000-callback
-## replay, PostgreSQL stopped mid-load). RELIABILITY_DATABASE_URL picks the server.
+## make reliability: every reliability test on PostgreSQL, the fuzz-marked ones included (the
+## full 10,000-callback replay, PostgreSQL stopped mid-load, odd values in every body field,
+## the crawl of every route with odd queries, schemathesis with more examples) and the odd-input
+## tests of each endpoint (docs/reliability.md). RELIABILITY_DATABASE_URL picks the server.
 RELIABILITY_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
+FUZZ_EXAMPLES ?= 500
+SCHEMATHESIS_EXAMPLES ?= 100
+ODD_INPUT_TESTS := tests/api/test_odd_inputs.py tests/pages/test_odd_queries.py \
+	tests/relay/test_odd_webhooks.py
 reliability: venv
-	DATABASE_URL=$(RELIABILITY_DATABASE_URL) $(PY) -m pytest tests/reliability -m fuzz -s $(PYTEST_ARGS)
+	DATABASE_URL=$(RELIABILITY_DATABASE_URL) CRCR_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
+	CRCR_SCHEMATHESIS_EXAMPLES=$(SCHEMATHESIS_EXAMPLES) \
+	$(PY) -m pytest tests/reliability $(ODD_INPUT_TESTS) -s $(PYTEST_ARGS)
 .PHONY: bench reliability

@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api.renderers import csv_lines
-from hud import attribution, clock, selectors
+from hud import attribution, clock, inputs, selectors
 from hud.models import Downstream
 
 DEFAULT_DAYS = 14
@@ -44,9 +44,10 @@ def _days(request: Request) -> int:
     raw = request.query_params.get("days") or ""
     if not raw:
         return DEFAULT_DAYS
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_DAYS:
+    days = inputs.whole_number(raw, 1, MAX_DAYS)
+    if days is None:
         raise ValidationError({"days": [f"must be a whole number from 1 to {MAX_DAYS}"]})
-    return int(raw)
+    return days
 
 
 def _backend(org: str, repo: str) -> Downstream:

@@ -114,6 +114,8 @@ def _refresh_jwks(now: float, previous_stamp: float | None, *, exclusive: bool) 
     cache.set(stamp_key, now, timeout=None)
     document = _fetch_jwks()
     if document is None:
+        # Negative cache: for a short while no request waits on an issuer that just failed.
+        cache.set(f"{stamp_key}:failed", now, timeout=settings.CRCR_JWKS_FAILURE_COOLDOWN_SECONDS)
         return None
     entry = {"fetched_at": now, "jwks": document}
     cache.set(current_key, entry, timeout=settings.CRCR_JWKS_MAX_AGE_SECONDS)
@@ -167,9 +169,13 @@ def _signing_key(kid: str) -> jwt.PyJWK:
     attempted = False
     if not fresh:
         fallback = entry or cache.get(last_good_key)
-        # With no keys at all, always try; otherwise respect the cooldown so a failing
-        # issuer is not hit (and waited on) by every request while we have keys to use.
-        if fallback is None or _cooldown_over(now, stamp):
+        # With no keys at all, try unless a fetch just failed; otherwise respect the cooldown
+        # so a failing issuer is not hit (and waited on) by every request.
+        failed_at = cache.get(f"{stamp_key}:failed")
+        failed_recently = failed_at is not None and 0 <= now - failed_at < (
+            settings.CRCR_JWKS_FAILURE_COOLDOWN_SECONDS
+        )
+        if (fallback is None and not failed_recently) or _cooldown_over(now, stamp):
             attempted = True
             entry = _refresh_jwks(now, stamp, exclusive=fallback is not None) or fallback
         else:

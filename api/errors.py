@@ -8,10 +8,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-
-def error_body(code: str, detail: str, field: str | None = None) -> dict[str, Any]:
-    """Build the error body of CRCR.md ("Callback answers")."""
-    return {"ok": False, "error": code, "detail": detail, "field": field}
+from hud.inputs import error_body
 
 
 def error_response(

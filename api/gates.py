@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from hud import promotion, selectors
+from hud import inputs, promotion, selectors
 
 
 def parse_as_of(raw: str | None) -> dt.datetime | None:
@@ -18,13 +18,11 @@ def parse_as_of(raw: str | None) -> dt.datetime | None:
     if not raw:
         return None
     try:
-        if len(raw) == 10:
-            day = dt.date.fromisoformat(raw)
-            return dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), tzinfo=dt.UTC)
-        moment = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError as exc:
+        moment = inputs.aware_time(raw, "as_of", default_utc=True)
+    except inputs.PayloadError as exc:
         raise ValidationError({"as_of": ["must be an ISO date or time, e.g. 2026-11-01"]}) from exc
-    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+    # A bare date means the end of that UTC day.
+    return moment + dt.timedelta(days=1) if len(raw) == 10 else moment
 
 
 class BackendGates(APIView):

@@ -31,7 +31,7 @@ def _read_capped_body(request: HttpRequest) -> bytes | None:
     """The raw body, or None when it is over the cap (checked before reading it whole)."""
     limit = settings.CRCR_MAX_BODY_BYTES
     declared = request.META.get("CONTENT_LENGTH")
-    if declared and declared.isdigit() and int(declared) > limit:
+    if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
         return None
     body = request.read(limit + 1)
     return None if len(body) > limit else body

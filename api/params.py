@@ -6,11 +6,11 @@ import re
 from django.http import QueryDict
 from rest_framework.exceptions import ValidationError
 
+from hud import allowlist, inputs
 from hud.payload import CONCLUSIONS, EVENT_TYPES
 from hud.selectors import JobFilters
 
 SHA_PATTERN = re.compile(r"^[0-9a-fA-F]{7,64}$")
-REPO_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
 
 def _invalid(name: str, message: str) -> ValidationError:
@@ -24,9 +24,10 @@ def parse_int(
     raw = query.get(name)
     if raw is None or raw == "":
         return default
-    if not raw.isdigit() or not low <= int(raw) <= high:
+    number = inputs.whole_number(raw, low, high)
+    if number is None:
         raise _invalid(name, f"must be a whole number from {low} to {high}")
-    return int(raw)
+    return number
 
 
 def parse_time(query: QueryDict, name: str) -> dt.datetime | None:
@@ -35,11 +36,10 @@ def parse_time(query: QueryDict, name: str) -> dt.datetime | None:
     if not raw:
         return None
     try:
-        parsed = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
         # In UTC: Python takes offsets up to ±23:59, PostgreSQL only up to ±15:59.
-        return parsed.astimezone(dt.UTC) if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
-    except (ValueError, OverflowError) as exc:
-        raise _invalid(name, "must be an ISO 8601 date or time, e.g. 2026-11-01") from exc
+        return inputs.aware_time(raw, name, default_utc=True)
+    except inputs.PayloadError as exc:
+        raise _invalid(name, f"{exc.detail.removeprefix(name + ' ')}, e.g. 2026-11-01") from exc
 
 
 def parse_choice(query: QueryDict, name: str, choices: tuple[str, ...]) -> str | None:
@@ -62,7 +62,7 @@ def parse_sha(raw: str, name: str = "sha") -> str:
 def job_filters(query: QueryDict) -> JobFilters:
     """The filters of `/api/v1/jobs` from a query string."""
     downstream = query.get("downstream") or None
-    if downstream and not REPO_PATTERN.match(downstream):
+    if downstream and not allowlist.is_repository_name(downstream):
         raise _invalid("downstream", "must be owner/repo")
     sha = query.get("sha") or None
     job_name = query.get("job_name") or None

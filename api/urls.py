@@ -23,7 +23,7 @@ urlpatterns = [
     ),
     path("api/v1/metrics/daily", views.DailyMetrics.as_view(), name="api-daily"),
     path("api/v1/failed-tests", views.FailedTestRanking.as_view(), name="api-failed-tests"),
-    path("api/v1/prs/<int:number>", views.PullRequestDetail.as_view(), name="api-pr"),
+    path("api/v1/prs/<pr:number>", views.PullRequestDetail.as_view(), name="api-pr"),
     path("api/v1/commits/<str:sha>", views.CommitDetail.as_view(), name="api-commit"),
     path("api/v1/gate/<str:sha>", gate.MergeGate.as_view(), name="api-gate"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
@@ -40,7 +40,7 @@ urlpatterns += [
         name="api-backend-tests",
     ),
     path(
-        "api/v1/backends/<str:org>/<str:repo>/tests/<path:test>",
+        "api/v1/backends/<str:org>/<str:repo>/tests/<test_id:test>",
         attribution.BackendTestHistory.as_view(),
         name="api-backend-test",
     ),

@@ -22,7 +22,7 @@ from api.serializers import (
     JobSerializer,
     JobVerdictSerializer,
 )
-from hud import attribution, clock, pagedata, selectors
+from hud import allowlist, attribution, clock, pagedata, selectors
 from hud.models import Downstream
 
 
@@ -157,7 +157,7 @@ def _downstream(request: Request, required: bool = False) -> Downstream | None:
         if required:
             raise params.ValidationError({"downstream": ["is required"]})
         return None
-    if not params.REPO_PATTERN.match(name):
+    if not allowlist.is_repository_name(name):
         raise params.ValidationError({"downstream": ["must be owner/repo"]})
     backend = selectors.backend(name)
     if backend is None:

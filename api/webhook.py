@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 from api import authentication
 from api.errors import error_response
 from hud import relay
-from hud.payload import PayloadError, decode_json
+from hud.payload import PayloadError, check_webhook, decode_json
 
 logger = logging.getLogger(__name__)
 MAX_GUID_CHARS = 100  # Delivery.delivery_id max_length
@@ -31,7 +31,7 @@ RETRY_AFTER_UNAVAILABLE = "30"
 def _read_capped_body(request: HttpRequest, limit: int) -> bytes | None:
     """The raw body, or None when it is over `limit` (checked before reading it whole)."""
     declared = request.META.get("CONTENT_LENGTH")
-    if declared and declared.isdigit() and int(declared) > limit:
+    if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
         return None
     body = request.read(limit + 1)
     return None if len(body) > limit else body
@@ -96,6 +96,10 @@ def webhook(request: HttpRequest) -> JsonResponse:
         return error_response(400, error.code, error.detail, error.field)
     if not isinstance(body, dict):
         return error_response(400, "invalid_body", "the webhook body must be a JSON object")
+    try:
+        check_webhook(event, body)
+    except PayloadError as error:
+        return error_response(400, error.code, error.detail, error.field)
     try:
         outcome = relay.receive_webhook(guid, event, body, raw)
     except DatabaseError:

@@ -78,6 +78,8 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    # Before any view: NUL in the URL → 400; an unreachable database → 503 with Retry-After.
+    "hud.request_guard.RequestGuardMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -254,6 +256,9 @@ CRCR_OIDC_AUDIENCE = env("CRCR_OIDC_AUDIENCE", "pytorch-cross-repo-ci-relay")
 CRCR_OIDC_LEEWAY_SECONDS = int(env("CRCR_OIDC_LEEWAY_SECONDS", "30"))
 CRCR_JWKS_REFRESH_COOLDOWN_SECONDS = int(env("CRCR_JWKS_REFRESH_COOLDOWN_SECONDS", "60"))
 CRCR_JWKS_MAX_AGE_SECONDS = int(env("CRCR_JWKS_MAX_AGE_SECONDS", "3600"))
+# After a failed JWKS fetch with no keys cached, tokens are refused at once for this long
+# instead of each waiting on the issuer (a negative cache).
+CRCR_JWKS_FAILURE_COOLDOWN_SECONDS = int(env("CRCR_JWKS_FAILURE_COOLDOWN_SECONDS", "10"))
 CRCR_RATE_LIMIT_PER_MIN = int(env("CRCR_RATE_LIMIT_PER_MIN", "100"))
 CRCR_ZOMBIE_TIMEOUT_SECONDS = int(env("CRCR_ZOMBIE_TIMEOUT", str(6 * 3600)))
 CRCR_NO_RESPONSE_AFTER_SECONDS = int(env("CRCR_NO_RESPONSE_AFTER", str(2 * 3600)))

@@ -30,6 +30,7 @@ from django.http import HttpRequest
 
 from hud.models import BackendMaintainer, Downstream
 from hud.promotion import ADMIN_GROUP
+from hud.sign_in import when_github_configured
 
 logger = logging.getLogger(__name__)
 PROVIDER_ID = "github"
@@ -81,8 +82,8 @@ class GitHubProvider(AllauthGitHubProvider):
 
 
 # Routed in config.urls ahead of allauth's own, under the same names and paths.
-github_login = OAuth2LoginView.adapter_view(GitHubAdapter)
-github_callback = OAuth2CallbackView.adapter_view(GitHubAdapter)
+github_login = when_github_configured(OAuth2LoginView.adapter_view(GitHubAdapter))
+github_callback = when_github_configured(OAuth2CallbackView.adapter_view(GitHubAdapter))
 
 
 class AccountAdapter(DefaultAccountAdapter):

@@ -7,6 +7,10 @@ from django.http import HttpRequest
 
 from hud import clock, notifications
 from hud.models import BackendMaintainer, Notification, NotificationTarget
+from hud.sign_in import AdminSignInForm
+
+# Django admin's sign-in shares the site's failed-login throttle.
+admin.site.login_form = AdminSignInForm
 
 
 @admin.register(NotificationTarget)

@@ -9,7 +9,6 @@ aliases; the RepositoryAlias row (who, when, why) is the audit record.
 from __future__ import annotations
 
 import logging
-import re
 
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
@@ -17,12 +16,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.db.models.functions import Lower
 
-from hud import clock, promotion
+from hud import allowlist, clock, promotion
 from hud.models import Downstream, RepositoryAlias
 
 logger = logging.getLogger(__name__)
 # GitHub owner/repo spelling: letters, digits, '-', '_' and '.'.
-REPOSITORY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,38}/[A-Za-z0-9._-]{1,100}")
 
 
 def aliases() -> QuerySet[RepositoryAlias]:
@@ -53,7 +51,7 @@ def record_alias(
     promotion.require_admin(user)
     name = name.strip()
     reason = reason.strip()
-    if not REPOSITORY_NAME.fullmatch(name):
+    if not allowlist.is_repository_name(name):
         raise ValidationError({"name": "give the repository as owner/repo"})
     if not reason:
         raise ValidationError({"reason": "say why (the alias is the audit record)"})

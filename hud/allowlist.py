@@ -25,7 +25,7 @@ LIST_LEVELS = ("L1", "L2", "L4")
 # GitHub's own rules: owners are alphanumeric with inner hyphens (≤ 39), repos add . and _.
 _OWNER = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})"
 _REPO = r"[A-Za-z0-9._-]{1,100}"
-_FULL_NAME_RE = re.compile(rf"^{_OWNER}/{_REPO}$")
+_FULL_NAME_RE = re.compile(rf"{_OWNER}/{_REPO}")
 _LOGIN_RE = re.compile(rf"^{_OWNER}$")
 # The device becomes the label suffix `ciflow/crcr/<device>`, so keep it label-safe.
 _DEVICE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -90,11 +90,16 @@ def _type_name(value: object) -> str:
     return type(value).__name__
 
 
+def is_repository_name(name: str) -> bool:
+    """Whether `name` follows GitHub's owner/repo grammar (every repository name is checked)."""
+    return bool(_FULL_NAME_RE.fullmatch(name)) and name.split("/", 1)[1] not in {".", ".."}
+
+
 def _full_name(value: object, where: str) -> str:
     if not isinstance(value, str):
         raise AllowlistError(f"{where}: expected 'owner/repo', got {_type_name(value)}")
     name = value.strip()
-    if not _FULL_NAME_RE.match(name) or name.split("/", 1)[1] in {".", ".."}:
+    if not is_repository_name(name):
         raise AllowlistError(f"{where}: {value!r} is not a valid 'owner/repo' name")
     return name
 

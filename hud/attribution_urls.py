@@ -7,5 +7,7 @@ from hud import test_views
 
 urlpatterns = [
     path("crcr/<str:org>/<str:repo>/tests", test_views.tests, name="crcr-tests"),
-    path("crcr/<str:org>/<str:repo>/tests/<path:test>", test_views.test_detail, name="crcr-test"),
+    path(
+        "crcr/<str:org>/<str:repo>/tests/<test_id:test>", test_views.test_detail, name="crcr-test"
+    ),
 ]

@@ -13,7 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
-from hud import clock, levels, mirror, sql
+from hud import allowlist, clock, inputs, levels, mirror, sql
 from hud.models import (
     Downstream,
     Job,
@@ -198,8 +198,10 @@ def parse_forward(body: Any) -> tuple[str, int, TrustedTiming, Any]:
             "untrusted.callback_payload is required", "untrusted.callback_payload", "missing_field"
         )
     repo = trusted.get("verified_repo")
-    if not isinstance(repo, str) or repo.count("/") != 1 or len(repo) > 200:
-        raise PayloadError("trusted.verified_repo must be owner/repo", "trusted.verified_repo")
+    if not isinstance(repo, str) or not allowlist.is_repository_name(repo):
+        raise PayloadError(
+            "trusted.verified_repo must be a GitHub owner/repo name", "trusted.verified_repo"
+        )
     try:
         level = Level.parse(str(trusted.get("downstream_repo_level", "")))
     except ValueError as exc:
@@ -209,15 +211,7 @@ def parse_forward(body: Any) -> tuple[str, int, TrustedTiming, Any]:
         raise PayloadError("trusted.ci_metrics must be an object", "trusted.ci_metrics")
     timing = []
     for key in ("queue_time", "execution_time"):
-        value = metrics.get(key)
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
-        ):
-            raise PayloadError(
-                f"trusted.ci_metrics.{key} must be a non-negative number or null",
-                f"trusted.ci_metrics.{key}",
-            )
-        timing.append(float(value) if value is not None else None)
+        timing.append(inputs.seconds(metrics.get(key), f"trusted.ci_metrics.{key}"))
     return repo, level, TrustedTiming(*timing), untrusted["callback_payload"]
 
 
@@ -230,7 +224,11 @@ def receive_forward(body: Any, *, source: str = Job.Source.FORWARD) -> Outcome:
         data = parse_callback(callback_body, repo, check_url=False)
     except PayloadError as error:
         raise Rejected.from_payload_error(error) from error
-    placed = data.completed_at or data.started_at or clock.now()
+    # The body's times are untrusted: a live forward is placed (and its level learnt) at
+    # receipt; only an operator's import_results places history where it reportedly ran.
+    placed = clock.now()
+    if source == Job.Source.IMPORT:
+        placed = data.completed_at or data.started_at or placed
     # One transaction: a refused or failed result leaves no learnt level history behind.
     with transaction.atomic():
         downstream = levels.learn_level_from_forward(repo, level, placed)
@@ -493,9 +491,10 @@ def _apply_completion(job: Job, data: CallbackData, now: dt.datetime) -> None:
 
 
 def _apply_trusted_timing(job: Job, data: CallbackData, timing: TrustedTiming) -> None:
-    """Forwards and imports land where they ran, with the relay's own measurements."""
-    job.placed_at = data.completed_at or data.started_at or job.placed_at
-    job.reported_completed_at = data.completed_at
+    """The relay's own measurements; imports also land where they ran (forwards at receipt)."""
+    if job.source == Job.Source.IMPORT:
+        job.placed_at = data.completed_at or data.started_at or job.placed_at
+        job.reported_completed_at = data.completed_at
     if timing.queue_seconds is not None:
         job.queue_seconds = timing.queue_seconds
     if timing.execution_seconds is not None:

@@ -100,7 +100,7 @@ class Delivery(models.Model):
     event_type = models.CharField(max_length=40)
     upstream_repo = models.CharField(max_length=200)
     action = models.CharField(max_length=40, blank=True)
-    pr_number = models.PositiveIntegerField(default=0)
+    pr_number = models.PositiveBigIntegerField(default=0)
     pr_title = models.CharField(max_length=300, blank=True)
     head_sha = models.CharField(max_length=64, blank=True)
     base_sha = models.CharField(max_length=64, blank=True)
@@ -187,7 +187,7 @@ class Job(models.Model):
 
     # Upstream context.
     event_type = models.CharField(max_length=40)
-    pr_number = models.PositiveIntegerField(default=0)
+    pr_number = models.PositiveBigIntegerField(default=0)
     head_sha = models.CharField(max_length=64)
     ref = models.CharField(max_length=255, blank=True, help_text="pushed ref (trunk: main)")
     dispatch = models.ForeignKey(
@@ -222,10 +222,10 @@ class Job(models.Model):
     )
 
     # Results.
-    tests_passed = models.PositiveIntegerField(null=True, blank=True)
-    tests_failed = models.PositiveIntegerField(null=True, blank=True)
-    tests_skipped = models.PositiveIntegerField(null=True, blank=True)
-    tests_total = models.PositiveIntegerField(null=True, blank=True)
+    tests_passed = models.PositiveBigIntegerField(null=True, blank=True)
+    tests_failed = models.PositiveBigIntegerField(null=True, blank=True)
+    tests_skipped = models.PositiveBigIntegerField(null=True, blank=True)
+    tests_total = models.PositiveBigIntegerField(null=True, blank=True)
     failed_tests_truncated = models.BooleanField(default=False)
     artifact_url = models.URLField(max_length=500, blank=True)
     environment = models.JSONField(null=True, blank=True)
@@ -564,7 +564,7 @@ class GateCheck(models.Model):
 class OncallComment(models.Model):
     """The one PR comment pinging a backend's on-calls, edited in place."""
 
-    pr_number = models.PositiveIntegerField()
+    pr_number = models.PositiveBigIntegerField()
     downstream = models.ForeignKey(
         Downstream, on_delete=models.CASCADE, related_name="oncall_comments"
     )

@@ -11,6 +11,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from hud import inputs
+from hud.inputs import PayloadError
+
 MAX_FAILED_TESTS = 1000
 MAX_MESSAGE_BYTES = 1024
 MAX_STACKTRACE_BYTES = 4096
@@ -31,16 +34,7 @@ TEST_COUNT_KEYS = ("passed", "failed", "skipped", "total")
 
 _DIGITS = re.compile(r"^[0-9]{1,18}$")
 _SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
-
-
-class PayloadError(Exception):
-    """A body that breaks the wire format; becomes a 400 naming `field`."""
-
-    def __init__(self, detail: str, field: str | None = None, code: str = "invalid_body"):
-        super().__init__(detail)
-        self.detail = detail
-        self.field = field
-        self.code = code
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -87,38 +81,20 @@ class CallbackData:
 
 
 def decode_json(raw: bytes) -> Any:
-    """Decode a request body as UTF-8 JSON, or raise PayloadError."""
+    """Decode a request body as UTF-8 JSON whose every value is storable as sent."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PayloadError(
             f"body is not valid UTF-8 (byte {exc.start})", None, "invalid_json"
         ) from exc
-    try:
-        return json.loads(text)
-    except RecursionError as exc:
-        raise PayloadError("body is nested too deeply", None, "invalid_json") from exc
-    except json.JSONDecodeError as exc:
-        raise PayloadError(
-            f"body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
-            None,
-            "invalid_json",
-        ) from exc
+    return inputs.loads(text)
 
 
-def clean_text(value: str) -> str:
-    """Drop NUL characters, which PostgreSQL text columns cannot hold."""
-    return value.replace("\x00", "")
-
-
-def clean_json(value: Any) -> Any:
-    """Drop NUL characters from every string (keys included) of a JSON value."""
-    if isinstance(value, str):
-        return clean_text(value)
-    if isinstance(value, dict):
-        return {clean_text(str(k)): clean_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [clean_json(item) for item in value]
+def _identity_text(value: str, path: str) -> str:
+    """A name that becomes part of a job's identity, a check-run name and URLs: one line."""
+    if _CONTROL.search(value):
+        raise PayloadError(f"{path} must not contain control characters (e.g. newlines)", path)
     return value
 
 
@@ -154,7 +130,6 @@ def _string(
         return default
     if not isinstance(value, str):
         raise PayloadError(f"{path} must be a string", path)
-    value = clean_text(value)
     if max_chars is not None and len(value) > max_chars:
         raise PayloadError(f"{path} is longer than {max_chars} characters", path)
     return value
@@ -182,13 +157,7 @@ def _timestamp(container: dict, key: str, path: str) -> dt.datetime | None:
         return None
     if not isinstance(value, str):
         raise PayloadError(f"{path} must be an ISO 8601 time or null", path)
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise PayloadError(f"{path} must be an ISO 8601 time or null", path) from exc
-    if parsed.tzinfo is None:
-        raise PayloadError(f"{path} must carry a time zone (e.g. a trailing Z)", path)
-    return parsed.astimezone(dt.UTC)
+    return inputs.aware_time(value, path)
 
 
 def _http_url(container: dict, key: str, path: str) -> str:
@@ -226,11 +195,7 @@ def _failed_tests(workflow: dict) -> tuple[tuple[FailedTestData, ...], bool]:
     for index, item in enumerate(items[:MAX_FAILED_TESTS]):
         path = f"workflow.failed_tests[{index}]"
         item = _object(item, path)
-        duration = item.get("duration")
-        if duration is not None and (
-            isinstance(duration, bool) or not isinstance(duration, (int, float))
-        ):
-            raise PayloadError(f"{path}.duration must be a number or null", f"{path}.duration")
+        duration = inputs.seconds(item.get("duration"), f"{path}.duration")
         kept.append(
             FailedTestData(
                 name=_string(
@@ -243,7 +208,7 @@ def _failed_tests(workflow: dict) -> tuple[tuple[FailedTestData, ...], bool]:
                 stacktrace=cut_utf8(
                     _string(item, "stacktrace", f"{path}.stacktrace"), MAX_STACKTRACE_BYTES
                 ),
-                duration=float(duration) if duration is not None else None,
+                duration=duration,
             )
         )
     return tuple(kept), truncated
@@ -269,7 +234,7 @@ def normalise_verdict(value: Any) -> tuple[dict | None, str]:
         "schema_version": "1",
         "category": category,
         "confidence": confidence,
-        "summary": cut_utf8(clean_text(summary), MAX_VERDICT_SUMMARY_BYTES),
+        "summary": cut_utf8(summary, MAX_VERDICT_SUMMARY_BYTES),
     }
     suspected = value.get("suspected_upstream")
     if suspected is not None:
@@ -287,7 +252,7 @@ def normalise_verdict(value: Any) -> tuple[dict | None, str]:
             elif key != "pr":
                 if not isinstance(item, str):
                     return None, f"triage_verdict.suspected_upstream.{key} is not a string"
-                item = cut_utf8(clean_text(item), MAX_VERDICT_EXCERPT_BYTES)
+                item = cut_utf8(item, MAX_VERDICT_EXCERPT_BYTES)
             kept[key] = item
         verdict["suspected_upstream"] = kept
     evidence = value.get("evidence")
@@ -297,11 +262,11 @@ def normalise_verdict(value: Any) -> tuple[dict | None, str]:
         items = []
         for item in evidence[:MAX_VERDICT_EVIDENCE]:
             if isinstance(item, str):
-                items.append(cut_utf8(clean_text(item), MAX_VERDICT_EXCERPT_BYTES))
+                items.append(cut_utf8(item, MAX_VERDICT_EXCERPT_BYTES))
             elif isinstance(item, dict):
                 items.append(
                     {
-                        str(k)[:64]: cut_utf8(clean_text(v), MAX_VERDICT_EXCERPT_BYTES)
+                        str(k)[:64]: cut_utf8(v, MAX_VERDICT_EXCERPT_BYTES)
                         if isinstance(v, str)
                         else v
                         for k, v in item.items()
@@ -321,11 +286,67 @@ def normalise_verdict(value: Any) -> tuple[dict | None, str]:
         if item is not None:
             if not isinstance(item, str):
                 return None, f"triage_verdict.{key} is not a string"
-            verdict[key] = cut_utf8(clean_text(item), 200)
+            verdict[key] = cut_utf8(item, 200)
     if len(json.dumps(verdict).encode()) > MAX_VERDICT_BYTES:
         while verdict.get("evidence") and len(json.dumps(verdict).encode()) > MAX_VERDICT_BYTES:
             verdict["evidence"].pop()
     return verdict, ""
+
+
+def _label_names(labels: Any, path: str) -> tuple[str, ...]:
+    """The names of a pull request's labels: a list of objects with string names."""
+    if labels is None:
+        return ()
+    if not isinstance(labels, list):
+        raise PayloadError(f"{path} must be a list", path)
+    names = []
+    for index, label in enumerate(labels):
+        name = label.get("name") if isinstance(label, dict) else None
+        if not isinstance(name, str):
+            raise PayloadError(f"{path}[{index}].name must be a string", f"{path}[{index}].name")
+        names.append(name)
+    return tuple(name for name in names if name)
+
+
+def _webhook_text(container: dict, key: str, path: str) -> None:
+    value = container.get(key)
+    if value is not None and not isinstance(value, str):
+        raise PayloadError(f"{path} must be a string", path)
+
+
+def _webhook_object(container: dict, key: str, path: str) -> dict:
+    value = container.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise PayloadError(f"{path} must be an object", path)
+    return value
+
+
+def check_webhook(event: str, body: dict) -> None:
+    """Refuse, naming the field, an upstream webhook whose fields we read have the wrong shape."""
+    _webhook_text(body, "action", "action")
+    repository = _webhook_object(body, "repository", "repository")
+    _webhook_text(repository, "full_name", "repository.full_name")
+    if event == "pull_request":
+        pull_request = _webhook_object(body, "pull_request", "pull_request")
+        number = pull_request.get("number")
+        if number is not None and (isinstance(number, bool) or not isinstance(number, int)):
+            raise PayloadError("pull_request.number must be a whole number", "pull_request.number")
+        if number is not None:
+            inputs.integer_in_range(number, "pull_request.number", 0, inputs.INT64_MAX)
+        _webhook_text(pull_request, "title", "pull_request.title")
+        for side in ("head", "base"):
+            part = _webhook_object(pull_request, side, f"pull_request.{side}")
+            _webhook_text(part, "sha", f"pull_request.{side}.sha")
+            _webhook_text(part, "ref", f"pull_request.{side}.ref")
+        _label_names(pull_request.get("labels"), "pull_request.labels")
+        _webhook_text(_webhook_object(body, "label", "label"), "name", "label.name")
+    elif event == "push":
+        for key in ("ref", "after", "before"):
+            _webhook_text(body, key, key)
+    elif event in ("check_run", "check_suite"):
+        _webhook_text(_webhook_object(body, event, event), "head_sha", f"{event}.head_sha")
 
 
 def upstream_context(
@@ -337,16 +358,21 @@ def upstream_context(
         head = pull_request.get("head") if isinstance(pull_request.get("head"), dict) else {}
         sha, sha_field = head.get("sha"), "payload.pull_request.head.sha"
         number = pull_request.get("number")
-        labels = tuple(
-            str(label.get("name"))
-            for label in pull_request.get("labels") or []
-            if isinstance(label, dict) and label.get("name")
-        )
+        labels = _label_names(pull_request.get("labels"), "payload.pull_request.labels")
         title = pull_request.get("title") if isinstance(pull_request.get("title"), str) else ""
-        pr_number = number if isinstance(number, int) and not isinstance(number, bool) else 0
+        pr_number = 0
+        if number is not None:
+            if isinstance(number, bool) or not isinstance(number, int):
+                raise PayloadError(
+                    "payload.pull_request.number must be a whole number",
+                    "payload.pull_request.number",
+                )
+            pr_number = inputs.integer_in_range(
+                number, "payload.pull_request.number", 0, inputs.INT64_MAX
+            )
         if isinstance(sha, str) and sha:
-            return sha, sha_field, max(pr_number, 0), title[:300], "", labels
-        return delivery_id, None, max(pr_number, 0), title[:300], "", labels
+            return sha, sha_field, pr_number, title[:300], "", labels
+        return delivery_id, None, pr_number, title[:300], "", labels
     payload = payload if isinstance(payload, dict) else {}
     ref = payload.get("ref") if isinstance(payload.get("ref"), str) else ""
     for key in ("head_sha", "after"):
@@ -359,7 +385,9 @@ def upstream_context(
 def parse_callback(body: Any, verified_repo: str, *, check_url: bool = True) -> CallbackData:
     """Validate a callback body for `verified_repo`; raise PayloadError naming the field."""
     body = _object(body, "body")
-    delivery_id = _string(body, "delivery_id", "delivery_id", required=True, max_chars=100)
+    delivery_id = _identity_text(
+        _string(body, "delivery_id", "delivery_id", required=True, max_chars=100), "delivery_id"
+    )
     payload = _object(body.get("payload"), "payload", required=False)
     workflow = _object(body.get("workflow"), "workflow")
     schema = workflow.get("schema_version", "1")
@@ -388,8 +416,7 @@ def parse_callback(body: Any, verified_repo: str, *, check_url: bool = True) -> 
     run_attempt = _digits(
         workflow, "run_attempt", "workflow.run_attempt", required=False, default=1
     )
-    if run_attempt < 1:
-        raise PayloadError("workflow.run_attempt must be 1 or more", "workflow.run_attempt")
+    inputs.integer_in_range(run_attempt, "workflow.run_attempt", 1, inputs.INT32_MAX)
     url = _string(workflow, "url", "workflow.url", required=True, max_chars=500)
     if check_url:
         match = workflow_url_pattern(verified_repo).match(url)
@@ -407,11 +434,14 @@ def parse_callback(body: Any, verified_repo: str, *, check_url: bool = True) -> 
     check_run_id = workflow.get("check_run_id")
     if isinstance(check_run_id, int) and not isinstance(check_run_id, bool):
         check_run_id = str(check_run_id)
-    check_run_id = _string({"v": check_run_id}, "v", "workflow.check_run_id", max_chars=100)
+    check_run_id = _identity_text(
+        _string({"v": check_run_id}, "v", "workflow.check_run_id", max_chars=100),
+        "workflow.check_run_id",
+    )
 
     environment = workflow.get("environment")
     if environment is not None:
-        environment = clean_json(_object(environment, "workflow.environment"))
+        environment = _object(environment, "workflow.environment")
         if len(json.dumps(environment).encode()) > MAX_ENVIRONMENT_BYTES:
             raise PayloadError("workflow.environment is larger than 64 KB", "workflow.environment")
     verdict, dropped = normalise_verdict(workflow.get("triage_verdict"))
@@ -425,14 +455,18 @@ def parse_callback(body: Any, verified_repo: str, *, check_url: bool = True) -> 
         event_type=event_type,
         status=status,
         conclusion=conclusion,
-        workflow_name=_string(
-            workflow, "name", "workflow.name", required=True, max_chars=MAX_NAME_CHARS
+        workflow_name=_identity_text(
+            _string(workflow, "name", "workflow.name", required=True, max_chars=MAX_NAME_CHARS),
+            "workflow.name",
         ),
         workflow_url=url,
         run_id=run_id,
         run_attempt=run_attempt,
-        job_name=_string(
-            workflow, "job_name", "workflow.job_name", required=True, max_chars=MAX_NAME_CHARS
+        job_name=_identity_text(
+            _string(
+                workflow, "job_name", "workflow.job_name", required=True, max_chars=MAX_NAME_CHARS
+            ),
+            "workflow.job_name",
         ),
         check_run_id=check_run_id or f"{run_id}-{run_attempt}",
         started_at=_timestamp(workflow, "started_at", "workflow.started_at"),
@@ -440,8 +474,8 @@ def parse_callback(body: Any, verified_repo: str, *, check_url: bool = True) -> 
         head_sha=head_sha[:64],
         head_sha_field=sha_field,
         pr_number=pr_number,
-        pr_title=clean_text(title),
-        ref=clean_text(ref)[:255],
+        pr_title=title,
+        ref=ref[:255],
         labels=labels,
         tests=_tests(workflow),
         failed_tests=failed_tests,

@@ -33,7 +33,7 @@ from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
 
 from hud import clock, github, leases
 from hud.models import Delivery, Dispatch, Downstream, Job, Level, LevelOverride
-from hud.payload import clean_json, cut_utf8
+from hud.payload import cut_utf8
 
 logger = logging.getLogger(__name__)
 
@@ -171,8 +171,8 @@ def record_delivery(
                 upstream_repo=str(repository.get("full_name") or "")[:200],
                 received_at=received_at,
                 body_sha256=body_sha256,
-                # PostgreSQL's jsonb cannot hold NUL characters; nothing else is changed.
-                payload=clean_json(body),
+                # Stored as sent: hud.payload.decode_json refused what jsonb cannot hold.
+                payload=body,
                 **delivery_fields(event, body),
             )
     except IntegrityError:

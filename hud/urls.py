@@ -13,7 +13,7 @@ urlpatterns = [
     path("crcr", views.summary, name="summary"),
     path("crcr/metrics", views.metrics, name="metrics"),
     path("crcr/go", views.go, name="go"),
-    path("crcr/pr/<int:number>", views.pull_request, name="pr"),
+    path("crcr/pr/<pr:number>", views.pull_request, name="pr"),
     path("crcr/commit/<str:sha>", views.commit, name="commit"),
     # Keep last: it would shadow any two-segment route below it.
     path("crcr/<str:org>/<str:repo>", views.backend, name="backend"),

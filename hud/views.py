@@ -11,11 +11,10 @@ from urllib.parse import urlencode
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import render
 
-from hud import clock, pagedata, selectors
+from hud import allowlist, clock, inputs, pagedata, selectors
 from hud.pagedata import MatrixFilters
 
 SHA_PATTERN = re.compile(r"^[0-9a-fA-F]{7,64}$")
-REPO_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 PR_PATTERN = re.compile(r"^#?(\d{1,9})$")
 EVENT_TYPES = ("pull_request", "push", "nightly", "periodic")
 
@@ -34,9 +33,10 @@ def parse_int(query: QueryDict, name: str, low: int, high: int, default: int) ->
     raw = query.get(name)
     if raw is None or raw == "":
         return default
-    if not raw.isdigit() or not low <= int(raw) <= high:
+    number = inputs.whole_number(raw, low, high)
+    if number is None:
         raise BadParameter(name, f"must be a whole number from {low} to {high}")
-    return int(raw)
+    return number
 
 
 def parse_choice(query: QueryDict, name: str, choices: tuple[str, ...]) -> str | None:
@@ -189,7 +189,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
         days = parse_days(request.GET, pagedata.METRICS_DEFAULT_DAYS)
         tab = parse_choice(request.GET, "tab", tuple(pagedata.METRICS_TABS)) or "pr"
         name = request.GET.get("backend") or None
-        if name is not None and not REPO_PATTERN.match(name):
+        if name is not None and not allowlist.is_repository_name(name):
             raise BadParameter("backend", "must be owner/repo")
     except BadParameter as error:
         return bad_request(request, error)

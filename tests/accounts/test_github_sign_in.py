@@ -207,3 +207,47 @@ def test_wrong_password_is_refused():
 def test_sign_in_link_points_at_the_login_page(client):
     page = client.get("/crcr")
     assert b'href="/accounts/login/?next=/crcr"' in page.content
+
+
+# --- GitHub not configured, and throttled password sign-in (issue 17) ----------------------
+
+
+def _without_github_app(settings):
+    providers = dict(settings.SOCIALACCOUNT_PROVIDERS)
+    providers["github"] = {**providers["github"], "APPS": []}
+    settings.SOCIALACCOUNT_PROVIDERS = providers
+
+
+@pytest.mark.parametrize("url", ["/accounts/github/login/", "/accounts/github/login/callback/"])
+def test_github_sign_in_when_not_configured_is_a_clear_page(client, settings, url):
+    _without_github_app(settings)
+    response = client.get(url)
+    assert response.status_code == 404
+    assert b"not configured" in response.content
+
+
+@pytest.mark.parametrize(
+    ("url", "fields"),
+    [
+        ("/accounts/login/", {}),
+        ("/django-admin/login/", {"this_is_the_login_form": "1"}),
+    ],
+)
+def test_password_sign_in_is_throttled_after_repeated_failures(client, url, fields):
+    User.objects.create_user("mallory-target", password="right-password", is_staff=True)
+    for _ in range(40):
+        client.post(url, {"username": "mallory-target", "password": "wrong", **fields})
+    response = client.post(url, {"username": "mallory-target", "password": "right-password"})
+    assert response.status_code == 200  # the form again, not a redirect into the site
+    assert b"Too many failed login attempts" in response.content
+    assert "_auth_user_id" not in client.session
+
+
+def test_password_sign_in_succeeds_under_the_limit(client):
+    User.objects.create_user("alice-local", password="right-password")
+    client.post("/accounts/login/", {"username": "alice-local", "password": "wrong"})
+    response = client.post(
+        "/accounts/login/", {"username": "alice-local", "password": "right-password"}
+    )
+    assert response.status_code == 302
+    assert client.session["_auth_user_id"]

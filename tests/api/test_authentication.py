@@ -265,12 +265,16 @@ def test_jwks_older_than_max_age_is_refetched(oidc, frozen_clock):
     assert oidc.requests == 2
 
 
-def test_token_is_refused_when_the_jwks_cannot_be_fetched_at_all(oidc, frozen_clock):
+def test_token_is_refused_when_the_jwks_cannot_be_fetched_at_all(oidc, frozen_clock, settings):
     oidc.fail()
 
     assert "could not be fetched" in refusal(oidc.mint())
-    # With no keys to fall back on, the next request tries again rather than waiting.
+    # The failure is cached briefly: tokens meanwhile are refused without waiting on a fetch.
     oidc.recover()
+    for _ in range(6):
+        assert "could not be fetched" in refusal(oidc.mint())
+    assert oidc.requests == 1
+    frozen_clock.advance(seconds=settings.CRCR_JWKS_FAILURE_COOLDOWN_SECONDS + 1)
     assert verify_oidc_token(oidc.mint())
     assert oidc.requests == 2
 

@@ -108,7 +108,9 @@ def test_forward_refuses_get(client, bot_key):
 
 
 @pytest.mark.django_db
-def test_valid_forward_is_created_at_its_reported_completion_time(client, bot_key, frozen_clock):
+def test_valid_forward_is_placed_at_receipt_and_keeps_its_reported_times(
+    client, bot_key, frozen_clock
+):
     builders.downstream("org/repo", Level.L2)
     callback = completed_callback(
         conclusion="failure",
@@ -124,8 +126,8 @@ def test_valid_forward_is_created_at_its_reported_completion_time(client, bot_ke
     assert answer["status"] == "created"
     job = Job.objects.get()
     assert answer["job"] == job.id
-    assert job.placed_at == RAN_AT  # where it ran, not when we received it
-    assert job.placed_at != NOW
+    # The body's times are untrusted: placed at receipt, the reported ones kept for display.
+    assert job.placed_at == NOW
     assert job.reported_completed_at == RAN_AT
     assert job.reported_started_at == RAN_AT - dt.timedelta(minutes=10)
     assert job.queue_seconds == 42.5
@@ -153,11 +155,11 @@ def test_forward_with_null_metrics_keeps_timing_unknown(client, bot_key, frozen_
     assert job.queue_seconds is None
     assert job.execution_seconds is None
     assert job.timing_source == Job.TimingSource.NONE
-    assert job.placed_at == RAN_AT
+    assert job.placed_at == NOW
 
 
 @pytest.mark.django_db
-def test_forward_learns_level_of_a_new_downstream_back_dated_to_the_job(
+def test_forward_learns_level_of_a_new_downstream_at_receipt_not_at_the_reported_time(
     client, bot_key, frozen_clock
 ):
     callback = completed_callback(repo="neworg/accel")
@@ -171,7 +173,7 @@ def test_forward_learns_level_of_a_new_downstream_back_dated_to_the_job(
     change = LevelChange.objects.get(downstream=downstream)
     assert change.to_level == Level.L3
     assert change.from_level is None
-    assert change.at == RAN_AT
+    assert change.at == NOW
     assert change.source == LevelChange.Source.FORWARD
     assert Job.objects.get().downstream == downstream
 
@@ -214,7 +216,7 @@ def test_forward_in_progress_then_completed_is_updated(client, bot_key, frozen_c
     assert second.json()["status"] == "updated"
     job = Job.objects.get()
     assert job.conclusion == "success"
-    assert job.placed_at == RAN_AT
+    assert job.placed_at == NOW
     assert job.queue_seconds == 30.0
     assert job.execution_seconds == 600.0
 
@@ -337,6 +339,7 @@ def test_forward_for_a_delisted_downstream_is_403(client, bot_key, frozen_clock)
         source=LevelChange.Source.IMPORT,
     )
 
+    frozen_clock.set(NOW - dt.timedelta(minutes=1))  # received before the delisting
     response = post(client, builders.forward_body(completed_callback()))
 
     assert_error_body(response, 403)

@@ -1,0 +1,167 @@
+"""The one validation layer for values from outside: bodies, trusted forward values, queries.
+
+Pure (no models). Every refusal is a `PayloadError` naming the dotted path of the field, so
+the endpoints answer a 400 with the shared error body. Nothing here changes a value: a value
+is either accepted as sent or refused.
+"""
+
+import datetime as dt
+import json
+import math
+import re
+from typing import Any
+
+MAX_DEPTH = 32
+MAX_NUMBER_CHARS = 40
+INT64_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1
+# Times a CI result can honestly carry; also keeps every offset arithmetic inside datetime's range.
+EARLIEST_TIME = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+LATEST_TIME = dt.datetime(2100, 1, 1, tzinfo=dt.UTC)
+_EARLIEST_NAIVE = EARLIEST_TIME.replace(tzinfo=None)
+_LATEST_NAIVE = LATEST_TIME.replace(tzinfo=None)
+
+# A duration longer than a year is no CI job's; bounding it keeps sums and means finite.
+MAX_SECONDS = 366 * 24 * 3600.0
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_ASCII_DIGITS = re.compile(r"^[0-9]{1,18}$")
+
+
+def error_body(code: str, detail: str, field: str | None = None) -> dict[str, Any]:
+    """The error body of every refusal (CRCR.md, "Callback answers")."""
+    return {"ok": False, "error": code, "detail": detail, "field": field}
+
+
+class PayloadError(Exception):
+    """A value that breaks the wire format; becomes a 400 naming `field`."""
+
+    def __init__(self, detail: str, field: str | None = None, code: str = "invalid_body"):
+        super().__init__(detail)
+        self.detail = detail
+        self.field = field
+        self.code = code
+
+
+class _OversizedNumber(str):
+    """A number literal too long to convert; kept as text so the walk can name its field."""
+
+
+def _parse_number(literal: str) -> Any:
+    if len(literal) > MAX_NUMBER_CHARS:
+        return _OversizedNumber(literal)
+    return float(literal) if any(c in literal for c in ".eE") else int(literal)
+
+
+def loads(text: str) -> Any:
+    """Decode JSON with number literals bounded before conversion, then check every value."""
+    try:
+        value = json.loads(text, parse_int=_parse_number, parse_float=_parse_number)
+    except RecursionError as exc:
+        raise PayloadError("body is nested too deeply", None, "invalid_json") from exc
+    except json.JSONDecodeError as exc:
+        raise PayloadError(
+            f"body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+            None,
+            "invalid_json",
+        ) from exc
+    check_json_value(value)
+    return value
+
+
+def _key_path(parent: str, key: str) -> str:
+    shown = key.encode("utf-8", "backslashreplace").decode("utf-8")
+    return f"{parent}.{shown}" if parent else shown
+
+
+def text_problem(value: str) -> str | None:
+    """Why a string cannot be stored as sent (NUL, lone surrogate), or None."""
+    if "\x00" in value:
+        return "contains a NUL character"
+    if _LONE_SURROGATE.search(value):
+        return "contains a lone surrogate (not valid Unicode)"
+    return None
+
+
+def check_json_value(value: Any, root: str = "") -> None:
+    """Refuse, naming the path, a decoded JSON value no column or jsonb could hold as sent."""
+    stack: list[tuple[Any, str, int]] = [(value, root, 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        name = path or "body"
+        if isinstance(item, _OversizedNumber):
+            raise PayloadError(
+                f"{name} is a number longer than {MAX_NUMBER_CHARS} characters", path
+            )
+        if isinstance(item, str):
+            problem = text_problem(item)
+            if problem:
+                raise PayloadError(f"{name} {problem}", path)
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int):
+            if not -INT64_MAX <= item <= INT64_MAX:
+                raise PayloadError(f"{name} is outside the 64-bit integer range", path)
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise PayloadError(f"{name} must be a finite number", path)
+        elif isinstance(item, (dict, list)):
+            if depth >= MAX_DEPTH:
+                raise PayloadError(f"{name} is nested deeper than {MAX_DEPTH} levels", path)
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    child_path = _key_path(path, key)
+                    problem = text_problem(key)
+                    if problem:
+                        raise PayloadError(f"a key of {name} {problem}", path or None)
+                    stack.append((child, child_path, depth + 1))
+            else:
+                for index, child in enumerate(item):
+                    stack.append((child, f"{path}[{index}]", depth + 1))
+
+
+def integer_in_range(value: int, path: str, low: int, high: int) -> int:
+    """`value` if within [low, high] (the column it lands in), else a PayloadError."""
+    if not low <= value <= high:
+        raise PayloadError(f"{path} must be a whole number from {low} to {high}", path)
+    return value
+
+
+def seconds(value: Any, path: str) -> float | None:
+    """A duration in seconds: null, or a finite number from 0 to MAX_SECONDS."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PayloadError(f"{path} must be a number of seconds or null", path)
+    if not 0 <= value <= MAX_SECONDS:
+        raise PayloadError(f"{path} must be from 0 to {MAX_SECONDS:.0f} seconds", path)
+    return float(value)
+
+
+def whole_number(raw: str, low: int, high: int) -> int | None:
+    """An ASCII whole number within [low, high], or None (Unicode digits such as ² are not)."""
+    if not _ASCII_DIGITS.match(raw):
+        return None
+    number = int(raw)
+    return number if low <= number <= high else None
+
+
+def aware_time(raw: str, path: str, *, default_utc: bool = False) -> dt.datetime:
+    """An ISO 8601 time within [EARLIEST_TIME, LATEST_TIME], in UTC; a PayloadError otherwise.
+
+    `default_utc`: a time without a zone is read as UTC (query strings) instead of refused.
+    """
+    try:
+        parsed = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise PayloadError(f"{path} must be an ISO 8601 time", path) from exc
+    if parsed.tzinfo is None:
+        if not default_utc:
+            raise PayloadError(f"{path} must carry a time zone (e.g. a trailing Z)", path)
+        parsed = parsed.replace(tzinfo=dt.UTC)
+    naive, offset = parsed.replace(tzinfo=None), parsed.utcoffset() or dt.timedelta(0)
+    if not _EARLIEST_NAIVE + offset <= naive < _LATEST_NAIVE + offset:
+        raise PayloadError(
+            f"{path} must be between {EARLIEST_TIME:%Y-%m-%d} and {LATEST_TIME:%Y-%m-%d}", path
+        )
+    return parsed.astimezone(dt.UTC)
