@@ -90,6 +90,13 @@ CANCELLED = "cancelled"
 SUPERSEDED = "superseded"
 EXCLUDED = "excluded"
 COUNTED = (SUCCESS, FAILURE, TIMED_OUT, CANCELLED)
+# The class of a completed attempt by its conclusion; skipped, neutral and unfinished are excluded.
+CONCLUSION_OUTCOMES = {
+    "success": SUCCESS,
+    "failure": FAILURE,
+    "timed_out": TIMED_OUT,
+    "cancelled": CANCELLED,
+}
 
 
 @dataclass(frozen=True)
@@ -269,15 +276,21 @@ def _superseded(rows: pd.DataFrame, universe: pd.DataFrame) -> pd.Series:
     return result
 
 
+def outcome_class(status: str, conclusion: str, superseded: bool) -> str:
+    """Outcome class of one attempt; `superseded`: a row of the same backend and PR with
+    another head SHA was placed after it (the rule `classify` applies to a whole frame)."""
+    if status != "completed":
+        return EXCLUDED
+    outcome = CONCLUSION_OUTCOMES.get(conclusion, EXCLUDED)
+    return SUPERSEDED if outcome == CANCELLED and superseded else outcome
+
+
 def classify(rows: pd.DataFrame, universe: pd.DataFrame) -> pd.Series:
     """Outcome class of each attempt row for pass rates (superseded judged against `universe`)."""
-    conclusion = rows["conclusion"]
     completed = rows["status"] == "completed"
-    outcome = pd.Series(EXCLUDED, index=rows.index, dtype=object)
-    outcome[completed & (conclusion == "success")] = SUCCESS
-    outcome[completed & (conclusion == "failure")] = FAILURE
-    outcome[completed & (conclusion == "timed_out")] = TIMED_OUT
-    cancelled = completed & (conclusion == "cancelled")
+    outcome = rows["conclusion"].map(CONCLUSION_OUTCOMES).where(completed).fillna(EXCLUDED)
+    outcome = outcome.astype(object)
+    cancelled = outcome == CANCELLED
     if cancelled.any():
         superseded = _superseded(rows[cancelled], universe)
         outcome[cancelled] = np.where(superseded.to_numpy(), SUPERSEDED, CANCELLED)
