@@ -64,6 +64,7 @@ KEY_COLUMNS = ("downstream_id", "event_type", "head_sha", "workflow_name", "job_
 LOGICAL_JOB_COLUMNS = (
     *KEY_COLUMNS,
     "pr_number",
+    "first_pr_number",
     "ref",
     "latest_job_id",
     "latest_status",
@@ -107,9 +108,10 @@ SELECT_SHA_TIMES = (
 SELECT_CONTRIBUTION = f"SELECT rollup_contribution FROM hud_logicaljob WHERE {_KEY_WHERE}"
 # The logical jobs of a PR whose class could flip between cancelled and superseded.
 SELECT_CANCELLED = (
-    f"SELECT {', '.join(KEY_COLUMNS)}, outcome, first_outcome, placed_at, first_placed_at"
-    " FROM hud_logicaljob WHERE downstream_id = %s AND pr_number = %s"
-    " AND (outcome IN ('cancelled', 'superseded') OR first_outcome IN ('cancelled', 'superseded'))"
+    f"SELECT {', '.join(KEY_COLUMNS)}, outcome, pr_number, placed_at,"
+    " first_outcome, first_pr_number, first_placed_at FROM hud_logicaljob"
+    " WHERE downstream_id = %s AND ((pr_number = %s AND outcome IN ('cancelled', 'superseded'))"
+    " OR (first_pr_number = %s AND first_outcome IN ('cancelled', 'superseded')))"
 )
 UPSERT_LOGICAL_JOB = (
     f"INSERT INTO hud_logicaljob ({', '.join(LOGICAL_JOB_COLUMNS)})"
@@ -150,6 +152,7 @@ class Derived:
     """The values of one logical job's row, and what it adds to the daily rollups."""
 
     pr_number: int
+    first_pr_number: int
     ref: str
     latest_job_id: int
     latest_status: str
@@ -207,6 +210,7 @@ def derive(attempts: Sequence[Attempt], shas: ShaTimes) -> Derived:
         _add_timing(contribution, attempt)
     return Derived(
         pr_number=latest.pr_number,
+        first_pr_number=first.pr_number,
         ref=latest.ref,
         latest_job_id=latest.id,
         latest_status=latest.status,
@@ -355,15 +359,15 @@ class _Session:
 
     def stale_cancels(self, pr_number: int, written: LogicalKey) -> list[LogicalKey]:
         """The PR's other logical jobs whose cancelled/superseded class no longer holds."""
-        self.cursor.execute(SELECT_CANCELLED, (self.downstream_id, pr_number))
+        self.cursor.execute(SELECT_CANCELLED, (self.downstream_id, pr_number, pr_number))
         shas = self.sha_times([pr_number])
         stale = []
         for row in self.cursor.fetchall():
-            key, (outcome, first_outcome, placed_at, first_placed_at) = row[:5], row[5:]
+            key, classes = row[:5], (row[5:8], row[8:11])
             if key == written:
                 continue
-            for stored, moment in ((outcome, placed_at), (first_outcome, first_placed_at)):
-                if stored not in (stats.CANCELLED, stats.SUPERSEDED):
+            for stored, attempt_pr, moment in classes:
+                if attempt_pr != pr_number or stored not in (stats.CANCELLED, stats.SUPERSEDED):
                     continue
                 now_superseded = is_superseded(pr_number, key[2], _moment(moment), shas)
                 if now_superseded != (stored == stats.SUPERSEDED):

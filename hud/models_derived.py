@@ -32,7 +32,9 @@ class LogicalJob(models.Model):
     workflow_name = models.CharField(max_length=255)
     job_name = models.CharField(max_length=255)
 
-    pr_number = models.PositiveIntegerField(default=0)
+    pr_number = models.PositiveIntegerField(default=0, help_text="the latest attempt's")
+    # A head SHA can be pushed to two PRs: its attempts then carry different PR numbers.
+    first_pr_number = models.PositiveIntegerField(default=0, help_text="the first attempt's")
     ref = models.CharField(max_length=255, blank=True)
     latest_job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
     latest_status = models.CharField(max_length=20, choices=Job.Status.choices)
@@ -63,6 +65,7 @@ class LogicalJob(models.Model):
             models.Index(fields=["downstream", "placed_at"], name="logicaljob_downstream_time"),
             models.Index(fields=["placed_at"], name="logicaljob_time"),
             models.Index(fields=["downstream", "pr_number"], name="logicaljob_pr"),
+            models.Index(fields=["downstream", "first_pr_number"], name="logicaljob_first_pr"),
         ]
 
     def __str__(self) -> str:

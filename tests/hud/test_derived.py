@@ -13,6 +13,7 @@ from hud import clock, derived, ingest, selectors, stats
 from hud.models import DailyRollup, Job, Level, LogicalJob
 from hud.payload import parse_callback
 from tests.conftest import NOW
+from tests.hud.test_concurrency import THREADS, race
 from tests.support import builders
 
 REPO = "org/repo"
@@ -211,6 +212,36 @@ def test_rebuild_derived_recomputes_a_deleted_layer(backend, frozen_clock):
 
     assert snapshot() == kept
     assert "rebuilt 2 logical jobs from 3 attempts" in out.getvalue()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_callbacks_of_one_pr_keep_the_rollup_exact(frozen_clock):
+    backend = builders.downstream(REPO, Level.L2)
+    report(backend, "completed", "cancelled", sha=SHA_A, job_name="old")
+    frozen_clock.advance(minutes=1)
+    bodies = iter(
+        [
+            builders.callback_body(
+                REPO,
+                status="completed",
+                conclusion=("success", "failure")[index % 2],
+                delivery_id=f"delivery-{index % 2}",
+                payload=builders.pr_payload(7, (SHA_A, SHA_B)[index % 2]),
+                job_name=f"job-{index}",
+            )
+            for index in range(THREADS)
+        ]
+    )
+    outcomes = race(
+        lambda: ingest.store(backend, parse_callback(next(bodies), REPO), source="callback")
+    )
+
+    assert [getattr(o, "status", repr(o)) for o in outcomes] == ["created"] * THREADS
+    rollup = the_rollup()
+    assert (rollup.success, rollup.failure, rollup.superseded) == (4, 4, 1)
+    kept = snapshot()
+    rebuild()
+    assert snapshot() == kept
 
 
 # --------------------------------------------------------------------------- property
