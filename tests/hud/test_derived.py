@@ -3,13 +3,14 @@
 import datetime as dt
 import io
 
+import pandas as pd
 import pytest
 from django.core.management import call_command
 from django.db import connection, transaction
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hud import clock, derived, ingest, selectors, stats
+from hud import clock, derived, ingest, rollups, selectors, stats
 from hud.models import DailyRollup, Job, Level, LogicalJob
 from hud.payload import parse_callback
 from tests.conftest import NOW
@@ -327,3 +328,20 @@ def test_incremental_layer_equals_the_rebuilt_one(script):
         }
         assert classes == _stats_outcomes()
         transaction.set_rollback(True)
+
+
+def test_daily_series_from_rollups_equals_the_one_from_attempts(backend, frozen_clock):
+    report(backend, sha=SHA_A)
+    frozen_clock.advance(minutes=10)
+    report(backend, "completed", "cancelled", sha=SHA_A)
+    report(backend, "completed", "failure", sha=SHA_B, job_name="lint", run_attempt=1)
+    frozen_clock.advance(days=1, minutes=7)
+    report(backend, "completed", "success", sha=SHA_B, job_name="lint", run_attempt=2)
+    report(backend, "completed", "skipped", sha=SHA_B, job_name="docs")
+    start, end = NOW.replace(hour=0) - dt.timedelta(days=1), frozen_clock.advance(minutes=1)
+
+    from_rollups = rollups.daily_series([backend.id], start, end)[backend.id]
+
+    from_attempts = stats.daily_series(selectors.jobs_frame(start, end), start, end)
+    pd.testing.assert_frame_equal(from_rollups, from_attempts, check_dtype=False)
+    assert from_rollups["runs"].tolist() == [0, 2, 1]
