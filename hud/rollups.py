@@ -53,6 +53,8 @@ def daily_series(
         ),
         columns=["downstream_id", "day", *_TALLY.values(), *_SUMS],
     )
+    # Typed even when empty, so that days without rows fill with numbers, not objects.
+    sums = sums.astype({name: "int64" for name in (*_TALLY.values(), *_SUMS)})
     sums["day"] = pd.to_datetime(sums["day"]).dt.tz_localize("UTC")
     medians = _medians(timed)
     out = {}
