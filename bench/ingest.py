@@ -60,12 +60,13 @@ import psycopg  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: E402
 from psycopg.types.json import Jsonb  # noqa: E402
 
-from hud import sql  # noqa: E402
+from hud import derived, sql  # noqa: E402
 from hud.payload import PayloadError, decode_json, parse_callback  # noqa: E402
 from tests.support.oidc import CRCR_AUDIENCE, GITHUB_ISSUER, OidcIssuer, SigningKey  # noqa: E402
 from tests.support.oidc import _JwksServer as JwksServer  # noqa: E402
 
-DB_NAME = "crcr_bench"
+# Several people may bench one server at once: each can name their own database.
+DB_NAME = os.environ.get("CRCR_BENCH_DATABASE", "crcr_bench")
 RATE_LIMIT_PER_MIN = 10_000_000  # far above anything this run sends: it never limits
 BACKENDS = ("bench-org/backend-a", "bench-org/backend-b", "bench-org/backend-c", "bench-org/d")
 LATENCY_BACKEND = "bench-org/latency"
@@ -396,6 +397,14 @@ def floor_failed_tests(cursor: psycopg.Cursor, job_id: int, data: Any) -> None:
         cursor.execute(sql.INSERT_FAILED_TESTS_UNNEST, columns)
 
 
+def floor_derived(
+    cursor: psycopg.Cursor, downstream_id: int, data: Any, event_type: str, pr: int, sha: str
+) -> None:
+    """hud.ingest's derived-layer upkeep: hud.derived's statements on this cursor."""
+    key = (downstream_id, event_type, sha, data.workflow_name, data.job_name)
+    derived.refresh(cursor, "postgresql", key, pr)
+
+
 def floor_callback(conn: psycopg.Connection, keys: dict, callback: Callback) -> str:
     """One callback through the floor: verify, consume jti, admit, validate, store.
 
@@ -487,6 +496,7 @@ def floor_callback(conn: psycopg.Connection, keys: dict, callback: Callback) -> 
                 return "raced"
             if completed:
                 floor_failed_tests(cursor, inserted[0], data)
+            floor_derived(cursor, downstream_id, data, *values[5:8])
             return "created"
         job = dict(zip(("id", *sql.JOB_COLUMNS), row, strict=True))
         if not completed:
@@ -520,6 +530,9 @@ def floor_callback(conn: psycopg.Connection, keys: dict, callback: Callback) -> 
         params = [job[column] for column in sql.COMPLETION_COLUMNS]
         cursor.execute(sql.COMPLETE_JOB, (*params, job["id"]))
         floor_failed_tests(cursor, job["id"], data)
+        floor_derived(
+            cursor, downstream_id, data, job["event_type"], job["pr_number"], job["head_sha"]
+        )
         return "updated"
 
 

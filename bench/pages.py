@@ -191,6 +191,8 @@ def fill(total: int, days: float, now: dt.datetime) -> dict[str, int]:
                 f"(SELECT COALESCE(MAX(id), 1) FROM {table}))"
             )
     raw.commit()
+    # COPY bypasses the ingestion service, so derive the layer it would have kept.
+    call_command("rebuild_derived", "--no-progress")
     with raw.cursor() as cur:
         raw.autocommit = True
         cur.execute("VACUUM ANALYZE")

@@ -13,7 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
-from hud import allowlist, clock, inputs, levels, mirror, sql
+from hud import allowlist, clock, derived, inputs, levels, mirror, sql
 from hud.models import (
     Downstream,
     Job,
@@ -276,12 +276,14 @@ def _settle(
         if _insert_job(job):
             if data.status == Job.Status.COMPLETED:
                 _store_failed_tests(job, data)
+            derived.refresh_job(job)
             _enqueue_mirror(downstream, job)
             return Outcome("created", job.id)
         # A concurrent identical callback won the insert; settle against its row.
         job = _lock_job(downstream, data)
     outcome = _transition(job, data, timing, now)
     if outcome.status == "updated":
+        derived.refresh_job(job)
         _enqueue_mirror(downstream, job)
     return outcome
 
@@ -550,6 +552,7 @@ def sweep_zombies() -> int:
                     "updated_at",
                 ]
             )
+            derived.refresh_job(job)
             closed += 1
     if closed:
         logger.info("sweeper closed jobs", extra={"closed": closed})

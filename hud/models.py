@@ -712,3 +712,7 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} → {self.kind} ({self.status})"
+
+
+# The derived layer lives in its own module; importing it here registers its models.
+from hud.models_derived import DailyRollup, LogicalJob  # noqa: E402,F401

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from django.conf import settings
 
-from hud import attribution, charts, mirror, selectors, stats
+from hud import attribution, charts, mirror, rollups, selectors, stats
 from hud.models import Dispatch, Downstream, FailedTest, Job, Level, LevelOverride
 from hud.stats import Estimate, OutcomeCounts
 
@@ -833,18 +833,11 @@ def commit_page(sha: str, now: dt.datetime) -> ResultsPage | None:
 def daily_rows(
     backends: list[Downstream], days: int, now: dt.datetime, events: Iterable[str] | None = None
 ) -> pd.DataFrame:
-    """`hud.stats.daily_series` per backend over the last `days` UTC days, one frame query."""
+    """`hud.stats.daily_series` per backend over the last `days` UTC days, from the rollups."""
     window = Window.ending(now, days)
     start = (now - dt.timedelta(days=days - 1)).replace(hour=0, minute=0, second=0, microsecond=0)
-    frame = selectors.jobs_frame(start, window.end, [b.id for b in backends])
-    if events is not None:
-        frame = frame[frame["event_type"].isin(list(events))]
-    prepared = _split_by_backend(stats.prepare(frame))
-    blank = stats.prepare(stats.empty_jobs_frame())
-    parts = []
-    for backend in backends:
-        series = stats.daily_series(prepared.get(backend.full_name) or blank, start, window.end)
-        parts.append(series.assign(downstream=backend.full_name))
+    series = rollups.daily_series([b.id for b in backends], start, window.end, events)
+    parts = [series[b.id].assign(downstream=b.full_name) for b in backends]
     if not parts:
         return pd.DataFrame(columns=["downstream", *stats.DAILY_COLUMNS])
     return pd.concat(parts, ignore_index=True)[["downstream", *stats.DAILY_COLUMNS]]

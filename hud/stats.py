@@ -90,6 +90,13 @@ CANCELLED = "cancelled"
 SUPERSEDED = "superseded"
 EXCLUDED = "excluded"
 COUNTED = (SUCCESS, FAILURE, TIMED_OUT, CANCELLED)
+# The class of a completed attempt by its conclusion; skipped, neutral and unfinished are excluded.
+CONCLUSION_OUTCOMES = {
+    "success": SUCCESS,
+    "failure": FAILURE,
+    "timed_out": TIMED_OUT,
+    "cancelled": CANCELLED,
+}
 
 
 @dataclass(frozen=True)
@@ -269,15 +276,21 @@ def _superseded(rows: pd.DataFrame, universe: pd.DataFrame) -> pd.Series:
     return result
 
 
+def outcome_class(status: str, conclusion: str, superseded: bool) -> str:
+    """Outcome class of one attempt; `superseded`: a row of the same backend and PR with
+    another head SHA was placed after it (the rule `classify` applies to a whole frame)."""
+    if status != "completed":
+        return EXCLUDED
+    outcome = CONCLUSION_OUTCOMES.get(conclusion, EXCLUDED)
+    return SUPERSEDED if outcome == CANCELLED and superseded else outcome
+
+
 def classify(rows: pd.DataFrame, universe: pd.DataFrame) -> pd.Series:
     """Outcome class of each attempt row for pass rates (superseded judged against `universe`)."""
-    conclusion = rows["conclusion"]
     completed = rows["status"] == "completed"
-    outcome = pd.Series(EXCLUDED, index=rows.index, dtype=object)
-    outcome[completed & (conclusion == "success")] = SUCCESS
-    outcome[completed & (conclusion == "failure")] = FAILURE
-    outcome[completed & (conclusion == "timed_out")] = TIMED_OUT
-    cancelled = completed & (conclusion == "cancelled")
+    outcome = rows["conclusion"].map(CONCLUSION_OUTCOMES).where(completed).fillna(EXCLUDED)
+    outcome = outcome.astype(object)
+    cancelled = outcome == CANCELLED
     if cancelled.any():
         superseded = _superseded(rows[cancelled], universe)
         outcome[cancelled] = np.where(superseded.to_numpy(), SUPERSEDED, CANCELLED)
@@ -640,7 +653,8 @@ def days_of_data(df: Jobs, start: dt.datetime, end: dt.datetime) -> int:
 # --------------------------------------------------------------------------- series and bundles
 
 
-def _day_bounds(start: dt.date | dt.datetime, end: dt.date | dt.datetime) -> pd.DatetimeIndex:
+def day_index(start: dt.date | dt.datetime, end: dt.date | dt.datetime) -> pd.DatetimeIndex:
+    """The UTC midnights of the days that [start, end) touches."""
     first = pd.Timestamp(start)
     last = pd.Timestamp(end)
     first = first.tz_localize("UTC") if first.tzinfo is None else first.tz_convert("UTC")
@@ -674,32 +688,38 @@ def daily_series(
     min_n: int = DEFAULT_MIN_N,
 ) -> pd.DataFrame:
     """One row per UTC day in [start, end): the pass rate (same function), counts, durations."""
-    days = _day_bounds(start, end)
+    days = day_index(start, end)
     df = prepare(df)
     classified = df.latest
     # Tally outcomes by day once rather than filtering per day: O(N), not O(days x N).
-    columns = [*COUNTED, SUPERSEDED, EXCLUDED]
     if classified.empty:
-        tally = pd.DataFrame(0, index=days, columns=columns)
+        tally = pd.DataFrame(index=days)
     else:
-        tally = (
-            pd.crosstab(classified["placed_at"].dt.floor("D"), classified["outcome"])
-            .reindex(index=days, columns=columns, fill_value=0)
-            .astype(int)
-        )
+        tally = pd.crosstab(classified["placed_at"].dt.floor("D"), classified["outcome"])
     timed = _timed(df)
     timed = timed.assign(e2e=end_to_end_seconds(timed), day=timed["placed_at"].dt.floor("D"))
-    durations = (
-        timed.groupby("day")
-        .agg(
-            runs=("id", "size"),
-            mean_execution_seconds=("execution_seconds", "mean"),
-            p50_execution_seconds=("execution_seconds", "median"),
-            mean_end_to_end_seconds=("e2e", "mean"),
-            p50_end_to_end_seconds=("e2e", "median"),
-        )
-        .reindex(days)
+    durations = timed.groupby("day").agg(
+        runs=("id", "size"),
+        mean_execution_seconds=("execution_seconds", "mean"),
+        p50_execution_seconds=("execution_seconds", "median"),
+        mean_end_to_end_seconds=("e2e", "mean"),
+        p50_end_to_end_seconds=("e2e", "median"),
     )
+    return daily_frame(days, tally, durations, min_n=min_n)
+
+
+def daily_frame(
+    days: pd.DatetimeIndex,
+    tally: pd.DataFrame,
+    durations: pd.DataFrame,
+    *,
+    min_n: int = DEFAULT_MIN_N,
+) -> pd.DataFrame:
+    """The rows of `daily_series` from per-day outcome counts (columns `COUNTED`, superseded,
+    excluded) and per-day durations (runs, means and medians), both indexed by day."""
+    columns = [*COUNTED, SUPERSEDED, EXCLUDED]
+    tally = tally.reindex(index=days, columns=columns, fill_value=0).astype(int)
+    durations = durations.reindex(days)
     records = []
     for day, row in zip(days, tally.itertuples(index=False, name=None), strict=True):
         counts = OutcomeCounts(*row[:4], superseded=row[4], excluded=row[5])
