@@ -10,21 +10,25 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from hud import promotion, selectors
+from hud import clock, promotion, selectors
 
 
 def parse_as_of(raw: str | None) -> dt.datetime | None:
-    """`as_of` as an ISO date (meaning the end of that UTC day) or an ISO time."""
+    """`as_of`: an ISO date (the end of that UTC day) or an ISO time, never in the future."""
     if not raw:
         return None
     try:
         if len(raw) == 10:
-            day = dt.date.fromisoformat(raw)
-            return dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), tzinfo=dt.UTC)
-        moment = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
+            moment = promotion.end_of_day(dt.date.fromisoformat(raw))
+        else:
+            moment = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
     except ValueError as exc:
         raise ValidationError({"as_of": ["must be an ISO date or time, e.g. 2026-11-01"]}) from exc
-    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+    if moment > clock.now():
+        # The future's jobs are unknown: such an evaluation would read as settled and is not.
+        raise ValidationError({"as_of": ["must not be in the future"]})
+    return moment
 
 
 class BackendGates(APIView):
