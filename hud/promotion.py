@@ -106,17 +106,24 @@ def _policy() -> gates.Policy:
 
 
 def _excluded(frame: pd.DataFrame, downstream: Downstream) -> tuple[pd.DataFrame, list[dict]]:
-    """Drop the rows admins excluded from gating; return them described for display."""
+    """Drop the logical jobs admins excluded from gating; return the exclusions for display.
+
+    An exclusion takes out whole logical jobs, every attempt: the one job it names, or every
+    job with an attempt placed in its window. Dropping only the named attempt would make an
+    earlier attempt the latest, and its failure would count again.
+    """
     exclusions = list(downstream.exclusions.order_by("created_at"))
     if not exclusions or frame.empty:
         return frame, [_describe_exclusion(item, 0) for item in exclusions]
+    job_keys = pd.MultiIndex.from_frame(frame[stats.LOGICAL_JOB_KEY])
     keep = pd.Series(True, index=frame.index)
     described = []
     for item in exclusions:
         if item.job_id is not None:
-            hit = frame["id"] == item.job_id
+            named = frame["id"] == item.job_id
         else:
-            hit = (frame["placed_at"] >= item.start) & (frame["placed_at"] < item.end)
+            named = (frame["placed_at"] >= item.start) & (frame["placed_at"] < item.end)
+        hit = pd.Series(job_keys.isin(job_keys[named.to_numpy()]), index=frame.index)
         described.append(_describe_exclusion(item, int((hit & keep).sum())))
         keep &= ~hit
     return frame[keep], described
