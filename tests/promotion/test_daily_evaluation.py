@@ -6,7 +6,7 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.test import Client
 
-from hud import gates, promotion
+from hud import gates, pagedata, promotion, selectors
 from hud.models import DemotionWarning, GateEvaluation, Level, LevelChange
 from tests.promotion import UTC, admin, backend, criterion, maintainer, messages_of, report_at
 
@@ -292,3 +292,19 @@ def test_evaluations_from_a_previous_level_never_seed_the_decision(frozen_clock)
     assert _run(frozen_clock, dt.date(2026, 11, 9))["warnings"] == 1
     warning = DemotionWarning.objects.get()
     assert (warning.level, warning.first_failing_on) == (4, SAT)
+
+
+def test_the_gate_history_chart_plots_the_stored_evaluations(frozen_clock, healthy, client):
+    outage = dt.datetime(2026, 11, 4, 10, tzinfo=UTC)
+    report_at(frozen_clock, healthy, outage, 6, dt.timedelta(minutes=10), "failure")
+    promotion.add_exclusion(admin(), healthy, "outage", start=outage, end=outage + HOUR)
+    for day in (dt.date(2026, 11, 4), THU):
+        _run(frozen_clock, day)
+    history = pagedata.gate_history(selectors.gate_evaluations(healthy.pk, SINCE.date()))
+    rates = history[history["metric"] == "job_pass_rate"]
+    stored = [criterion(e.detail, "job_pass_rate") for e in GateEvaluation.objects.order_by("day")]
+    assert rates["value"].tolist() == [item["value"] for item in stored] == [1.0, 1.0]
+    assert rates["n"].tolist() == [item["n"] for item in stored]
+    assert [str(t.date()) for t in rates["as_of"]] == ["2026-11-05", "2026-11-06"]
+    page = client.get("/crcr/org/healthy")
+    assert page.status_code == 200 and "Gated rates as of each day" in page.content.decode()
