@@ -10,11 +10,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from hud import inputs, promotion, selectors
+from hud import clock, inputs, promotion, selectors
 
 
 def parse_as_of(raw: str | None) -> dt.datetime | None:
-    """`as_of` as an ISO date (meaning the end of that UTC day) or an ISO time."""
+    """`as_of`: an ISO date (the end of that UTC day) or an ISO time, never in the future."""
     if not raw:
         return None
     try:
@@ -22,7 +22,11 @@ def parse_as_of(raw: str | None) -> dt.datetime | None:
     except inputs.PayloadError as exc:
         raise ValidationError({"as_of": ["must be an ISO date or time, e.g. 2026-11-01"]}) from exc
     # A bare date means the end of that UTC day.
-    return moment + dt.timedelta(days=1) if len(raw) == 10 else moment
+    moment = moment + dt.timedelta(days=1) if len(raw) == 10 else moment
+    if moment > clock.now():
+        # The future's jobs are unknown: such an evaluation would read as settled and is not.
+        raise ValidationError({"as_of": ["must not be in the future"]})
+    return moment
 
 
 class BackendGates(APIView):

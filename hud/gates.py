@@ -8,7 +8,7 @@ The rule (docs/statistics.md): a criterion decided on the bound passes for promo
 95% bound nearest the line is on the right side of it (the lower bound for ">"/">=", the upper
 for "<"/"<="); a backend already at a level is demoted only when the *opposite* bound shows the
 strict complement. Between the two the backend keeps its level: hysteresis by construction, so a
-backend near 90% no longer flips. `stable_decision` adds k-consecutive smoothing on top.
+backend near 90% no longer flips. `published_decisions` adds k-consecutive-day smoothing on top.
 """
 
 from __future__ import annotations
@@ -434,34 +434,41 @@ def next_level(level: str) -> str | None:
 # --------------------------------------------------------------------------- smoothing
 
 
-def stable_decisions(history: Sequence[str], k: int, initial: str | None = None) -> list[str]:
-    """The published decision after each daily evaluation (see `stable_decision`)."""
+def published_decisions(
+    days: Sequence[dt.date], decisions: Sequence[str], k: int, initial: str
+) -> list[str]:
+    """The published decision after each daily evaluation, oldest first.
+
+    `days` are the calendar days of the evaluations at the current level, ascending, and
+    `initial` is what is published before any of them. A change is published only once k
+    evaluations on k consecutive calendar days agree on it; a missing day breaks a streak.
+    """
     if k < 1:
         raise ValueError("k must be >= 1")
     published: list[str] = []
-    current = initial
-    candidate, streak = None, 0
-    for decision in history:
-        if current is None:
-            # Nothing published yet: the first evaluation is the starting point.
+    current, streak_value, streak, previous = initial, None, 0, None
+    for day, decision in zip(days, decisions, strict=True):
+        if previous is not None and day <= previous:
+            raise ValueError("days must be strictly increasing")
+        follows = previous is not None and day - previous == dt.timedelta(days=1)
+        streak = streak + 1 if follows and decision == streak_value else 1
+        streak_value, previous = decision, day
+        if decision != current and streak >= k:
             current = decision
-        elif decision == current:
-            candidate, streak = None, 0
-        else:
-            streak = streak + 1 if decision == candidate else 1
-            candidate = decision
-            if streak >= k:
-                current, candidate, streak = decision, None, 0
         published.append(current)
     return published
 
 
-def stable_decision(history: Sequence[str], k: int, initial: str | None = None) -> str:
-    """Published decision: it changes only after k consecutive agreeing daily evaluations."""
-    if not history and initial is None:
-        return INSUFFICIENT
-    published = stable_decisions(history, k, initial)
-    return published[-1] if published else str(initial)
+def streak_start(days: Sequence[dt.date], decisions: Sequence[str]) -> dt.date | None:
+    """First day of the run of consecutive calendar days, ending on the last, that agree with it."""
+    if not days:
+        return None
+    start = days[-1]
+    for day, decision in zip(reversed(days[:-1]), reversed(decisions[:-1]), strict=True):
+        if start - day != dt.timedelta(days=1) or decision != decisions[-1]:
+            break
+        start = day
+    return start
 
 
 def demotion_deadline(first_failing: dt.date, grace_working_days: int) -> dt.date:

@@ -406,38 +406,24 @@ def backend_summary(frame: stats.Jobs, window: Window, now: dt.datetime) -> dict
     return stats.backend_summary(frame, window.start, window.end, now)
 
 
-def gate_history(
-    frame: pd.DataFrame, now: dt.datetime, policy: Any, target_level: str | None
-) -> pd.DataFrame:
-    """Each gated rate over its policy window ending each of the last days (hud.stats)."""
-    criteria = {
-        c.metric: c
-        for c in (policy.promotion_criteria(target_level) if target_level else ())
-        if c.metric in GATE_CHART_METRICS
-    }
-    end_of_today = now.replace(hour=0, minute=0, second=0, microsecond=0) + dt.timedelta(days=1)
-    # One preparation for every point: each day's window is read with the attempts known now
-    # (a later re-run can move a job), which keeps the chart to one pass over the frame.
-    prepared = stats.prepare(frame)
-    records = []
-    for offset in range(GATE_HISTORY_DAYS, 0, -1):
-        as_of = min(end_of_today - dt.timedelta(days=offset - 1), now)
-        for metric, criterion in criteria.items():
-            start = as_of - dt.timedelta(days=criterion.window_days)
-            estimate = stats.compute_metric(metric, prepared, start, as_of)
-            records.append(
-                {
-                    "as_of": as_of,
-                    "metric": criterion.name,
-                    "value": estimate.value,
-                    "low": estimate.low,
-                    "high": estimate.high,
-                    "n": estimate.n,
-                    "threshold": criterion.threshold,
-                    "direction": criterion.direction,
-                    "window_days": criterion.window_days,
-                }
-            )
+def gate_history(evaluations: Iterable[tuple[dt.date, dict[str, Any]]]) -> pd.DataFrame:
+    """Each gated rate as the stored daily evaluations decided on it, one point per day.
+
+    Drawn from what `promotion.daily_evaluation` stored, so every point is that day's gate:
+    its exclusions, its pass-rate basis and its as-of cut-off, never a second rule.
+    """
+    records = [
+        {
+            "as_of": pd.Timestamp(detail["as_of"]),
+            "metric": item["name"],
+            **{key: item[key] for key in ("value", "low", "high", "n", "threshold")},
+            "direction": item["direction"],
+            "window_days": item["window_days"],
+        }
+        for _, detail in evaluations
+        for item in detail.get("criteria", [])
+        if item["metric"] in GATE_CHART_METRICS
+    ]
     return pd.DataFrame.from_records(
         records,
         columns=[
@@ -461,28 +447,23 @@ def backend_page(
 
     `user` (the signed-in reader) decides whether the page offers "Request a level change".
     """
-    from hud import gates, promotion  # the promotion service owns the gate evaluation
+    from hud import promotion  # the promotion service owns the gate evaluation
 
     backend = selectors.backend(full_name)
     if backend is None:
         return None
     window = Window.ending(now, days)
     override = selectors.active_overrides([backend.id], now).get(backend.id)
-    policy = gates.load_policy(getattr(settings, "CRCR_GATE_POLICY", None))
     gate = promotion.evaluate_backend(backend, now)
-    target = gate.evaluation.target_level
-    longest = max([c.window_days for c in policy.promotion_criteria(target or "")] + [days, 1])
-    history_start = now - dt.timedelta(days=GATE_HISTORY_DAYS + longest)
-    # One load serves the window and the gate history; the window's rows are sliced exactly as
-    # `jobs_frame(window.start, window.end)` would select them, so `/crcr` shows the same.
-    long_frame = selectors.jobs_frame(min(history_start, window.start), now, [backend.id])
-    in_window = long_frame["placed_at"] >= pd.Timestamp(window.start - selectors.FRAME_MARGIN)
-    frame = stats.prepare(long_frame[in_window])
+    # The rows `jobs_frame(window.start, window.end)` selects, so `/crcr` shows the same.
+    frame = stats.prepare(selectors.jobs_frame(window.start, now, [backend.id]))
     latest = _latest_with_status(frame, now)
     events_pr = PR_EVENTS if filters.event_type in (None, *PR_EVENTS) else ()
     events_nightly = NIGHTLY_EVENTS if filters.event_type in (None, *NIGHTLY_EVENTS) else ()
     daily = stats.daily_series(frame, window.start, window.end)
-    history = gate_history(long_frame, now, policy, target)
+    history = gate_history(
+        selectors.gate_evaluations(backend.id, (now - dt.timedelta(days=GATE_HISTORY_DAYS)).date())
+    )
     return BackendPage(
         backend=backend,
         level=override.level if override else backend.level,

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Max, Q
 
 from hud import attribution, clock, gates, levels, notifications, selectors, stats
 from hud.models import (
@@ -106,17 +106,24 @@ def _policy() -> gates.Policy:
 
 
 def _excluded(frame: pd.DataFrame, downstream: Downstream) -> tuple[pd.DataFrame, list[dict]]:
-    """Drop the rows admins excluded from gating; return them described for display."""
+    """Drop the logical jobs admins excluded from gating; return the exclusions for display.
+
+    An exclusion takes out whole logical jobs, every attempt: the one job it names, or every
+    job with an attempt placed in its window. Dropping only the named attempt would make an
+    earlier attempt the latest, and its failure would count again.
+    """
     exclusions = list(downstream.exclusions.order_by("created_at"))
     if not exclusions or frame.empty:
         return frame, [_describe_exclusion(item, 0) for item in exclusions]
+    job_keys = pd.MultiIndex.from_frame(frame[stats.LOGICAL_JOB_KEY])
     keep = pd.Series(True, index=frame.index)
     described = []
     for item in exclusions:
         if item.job_id is not None:
-            hit = frame["id"] == item.job_id
+            named = frame["id"] == item.job_id
         else:
-            hit = (frame["placed_at"] >= item.start) & (frame["placed_at"] < item.end)
+            named = (frame["placed_at"] >= item.start) & (frame["placed_at"] < item.end)
+        hit = pd.Series(job_keys.isin(job_keys[named.to_numpy()]), index=frame.index)
         described.append(_describe_exclusion(item, int((hit & keep).sum())))
         keep &= ~hit
     return frame[keep], described
@@ -426,65 +433,99 @@ def add_exclusion(
 # --- Daily evaluation and demotion warnings -------------------------------------------
 
 
-def daily_evaluation(day: dt.date | None = None) -> dict[str, int]:
-    """Evaluate every L2+ backend at the end of `day` (idempotent per day); raise warnings."""
-    day = day or (clock.now() - dt.timedelta(hours=1)).date()
-    as_of = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), tzinfo=dt.UTC)
+def last_finished_day(now: dt.datetime) -> dt.date:
+    """The most recent UTC day that has ended at `now`."""
+    return now.astimezone(dt.UTC).date() - dt.timedelta(days=1)
+
+
+def end_of_day(day: dt.date) -> dt.datetime:
+    """The `as_of` of a day's evaluation: midnight UTC after it."""
+    return dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), tzinfo=dt.UTC)
+
+
+def daily_evaluation(through: dt.date | None = None) -> dict[str, int]:
+    """Evaluate every L2+ backend for each finished UTC day up to `through`; raise warnings.
+
+    `through` defaults to the last finished day and may not be a day that has not ended (its
+    `as_of` would be in the future). A backend's missing days since its latest stored
+    evaluation are back-filled in order, so each day's streak reads the days before it; a
+    backend never evaluated starts at `through`. Idempotent per (backend, day).
+    """
+    last = last_finished_day(clock.now())
+    through = through or last
+    if through > last:
+        raise ValueError(f"{through} has not ended yet: the last finished UTC day is {last}")
     policy = _policy()
     made = warned = 0
     for downstream in Downstream.objects.filter(delisted=False, level__gte=Level.L2):
-        if GateEvaluation.objects.filter(downstream=downstream, day=day).exists():
-            continue
-        gate = evaluate_backend(downstream, as_of=as_of)
-        history = list(
-            GateEvaluation.objects.filter(downstream=downstream, day__lt=day).order_by("-day")[
-                : 4 * policy.k_consecutive
-            ]
-        )[::-1]
-        promotions = [item.promotion for item in history] + [gate.evaluation.decision or ""]
-        retentions = [item.retention for item in history] + [gate.evaluation.demotion_decision]
-        try:
-            with transaction.atomic():
-                GateEvaluation.objects.create(
-                    downstream=downstream,
-                    day=day,
-                    current_level=int(gate.evaluation.current_level[1:]),
-                    promotion=gate.evaluation.decision or "",
-                    retention=gate.evaluation.demotion_decision,
-                    stable_promotion=gates.stable_decision(promotions, policy.k_consecutive),
-                    stable_retention=gates.stable_decision(
-                        retentions, policy.k_consecutive, initial=gates.KEEP
-                    ),
-                    detail=gate.to_dict(),
-                    created_at=clock.now(),
-                )
-        except IntegrityError:
-            continue  # another worker evaluated the same day
-        made += 1
-        warned += _raise_warning(downstream, day, retentions, gate, policy)
+        latest = downstream.evaluations.aggregate(latest=Max("day"))["latest"]
+        day = through if latest is None else latest + dt.timedelta(days=1)
+        while day <= through:
+            outcome = _evaluate_day(downstream, day, policy)
+            made += outcome is not None
+            warned += bool(outcome)
+            day += dt.timedelta(days=1)
     return {"evaluated": made, "warnings": warned}
+
+
+def _evaluate_day(downstream: Downstream, day: dt.date, policy: gates.Policy) -> int | None:
+    """Store `day`'s evaluation with its published decisions; the warnings it raised, or None.
+
+    The published decisions read only this level's evaluations since the level began, by
+    calendar day (`gates.published_decisions`): another level's rows never seed them.
+    """
+    as_of = end_of_day(day)
+    level = levels.level_at(downstream, as_of)
+    if level is None or level < Level.L2:
+        return None  # not gated that day
+    gate = evaluate_backend(downstream, as_of=as_of)
+    since = level_since(downstream, as_of)
+    earlier = downstream.evaluations.filter(day__lt=day, current_level=level)
+    if since is not None:
+        earlier = earlier.filter(day__gte=since.date())
+    rows = list(earlier.order_by("day").values_list("day", "promotion", "retention"))
+    days = [row[0] for row in rows] + [day]
+    promotions = [row[1] for row in rows] + [gate.evaluation.decision or ""]
+    retentions = [row[2] for row in rows] + [gate.evaluation.demotion_decision]
+    k = policy.k_consecutive
+    stable_retention = gates.published_decisions(days, retentions, k, gates.KEEP)[-1]
+    try:
+        with transaction.atomic():
+            GateEvaluation.objects.create(
+                downstream=downstream,
+                day=day,
+                current_level=level,
+                promotion=gate.evaluation.decision or "",
+                retention=gate.evaluation.demotion_decision,
+                stable_promotion=gates.published_decisions(days, promotions, k, gates.INSUFFICIENT)[
+                    -1
+                ],
+                stable_retention=stable_retention,
+                detail=gate.to_dict(),
+                created_at=clock.now(),
+            )
+    except IntegrityError:
+        return None  # another worker evaluated the same day
+    if stable_retention != gates.DEMOTE:
+        return 0
+    return _raise_warning(downstream, level, days, retentions, gate, policy)
 
 
 def _raise_warning(
     downstream: Downstream,
-    day: dt.date,
+    level: int,
+    days: list[dt.date],
     retentions: list[str],
     gate: BackendGate,
     policy: gates.Policy,
 ) -> int:
-    """Open a demotion warning once `k` consecutive evaluations say demote."""
-    if gates.stable_decision(retentions, policy.k_consecutive, initial=gates.KEEP) != gates.DEMOTE:
-        return 0
-    streak = 0
-    for decision in reversed(retentions):
-        if decision != gates.DEMOTE:
-            break
-        streak += 1
-    if streak < policy.k_consecutive:
+    """Open a demotion warning once `k` consecutive calendar days at this level say demote."""
+    day = days[-1]
+    first_failing = gates.streak_start(days, retentions)
+    if retentions[-1] != gates.DEMOTE or (day - first_failing).days + 1 < policy.k_consecutive:
         return 0  # today passed, or the smoothed decision outlived the failing days
-    first_failing = day - dt.timedelta(days=streak - 1)
     decided = (
-        DemotionWarning.objects.filter(downstream=downstream, level=downstream.level)
+        DemotionWarning.objects.filter(downstream=downstream, level=level)
         .exclude(status=DemotionWarning.Status.OPEN)
         .order_by("-first_failing_on")
         .first()
@@ -502,7 +543,7 @@ def _raise_warning(
         with transaction.atomic():
             warning = DemotionWarning.objects.create(
                 downstream=downstream,
-                level=downstream.level,
+                level=level,
                 first_failing_on=first_failing,
                 deadline=gates.demotion_deadline(first_failing, policy.grace_working_days),
                 failing=list(gate.evaluation.demoting),

@@ -7,7 +7,15 @@ import pandas as pd
 from django.db.models import Count, Max, OuterRef, Prefetch, QuerySet, Subquery
 
 from hud import stats
-from hud.models import Delivery, Dispatch, Downstream, FailedTest, Job, LevelOverride
+from hud.models import (
+    Delivery,
+    Dispatch,
+    Downstream,
+    FailedTest,
+    GateEvaluation,
+    Job,
+    LevelOverride,
+)
 
 
 @dataclass(frozen=True)
@@ -156,6 +164,12 @@ def active_overrides(downstream_ids: list[int], now: dt.datetime) -> dict[int, L
         # Same precedence as hud.promotion.active_override: the lowest level, newest first.
         overrides.setdefault(override.downstream_id, override)
     return overrides
+
+
+def gate_evaluations(downstream_id: int, since: dt.date) -> list[tuple[dt.date, dict]]:
+    """A backend's stored daily gate evaluations from `since`, oldest first: (day, detail)."""
+    rows = GateEvaluation.objects.filter(downstream_id=downstream_id, day__gte=since)
+    return list(rows.order_by("day").values_list("day", "detail"))
 
 
 def latest_attempt_rows(ids: list[int]) -> dict[int, Job]:

@@ -20,10 +20,12 @@ Conventions used throughout:
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import itertools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -32,11 +34,12 @@ import pandas as pd
 # Two-sided 95%: the 0.975 quantile of the standard normal.
 Z95 = 1.959963984540054
 DEFAULT_MIN_N = 10
-BOOTSTRAP_RESAMPLES = 2000
-BOOTSTRAP_SEED = 20260101
-# Above this n the bootstrap of a mean is replaced by the normal (CLT) interval: the two agree
-# to well under a second at such n, and resampling a large frame 2000 times is slow.
-BOOTSTRAP_MAX_N = 5000
+# CI failures come in clusters (a bad day): a rate's day-to-day spread is estimated over the
+# 28 days ending with its window (or the window, if longer), so a 14-day window's interval
+# does not rest on 13 degrees of freedom alone (docs/statistics.md, "Correlated failures").
+SPREAD_LOOKBACK = dt.timedelta(days=28)
+# exp() of more than this overflows a float.
+MAX_LOG_SECONDS = 709.0
 OVERRUN_SECONDS = 3 * 3600.0
 DEFAULT_STUCK_AFTER = dt.timedelta(hours=3)
 TRUNK_REF = "refs/heads/main"
@@ -64,6 +67,10 @@ JOB_COLUMNS: dict[str, str] = {
 }
 LOGICAL_JOB_KEY = ["downstream", "event_type", "head_sha", "workflow_name", "job_name"]
 ATTEMPT_ORDER = ["run_id", "run_attempt", "id"]
+# Rows of one logical job sharing run_id and run_attempt are the legs of one attempt.
+ATTEMPT_KEY = [*LOGICAL_JOB_KEY, "run_id", "run_attempt"]
+# Worst first when an attempt's legs disagree; skipped, neutral and unfinished rank below all.
+LEG_SEVERITY = {"failure": 4, "timed_out": 3, "cancelled": 2, "success": 1}
 
 _DEFAULTS: dict[str, Any] = {
     "event_type": "pull_request",
@@ -195,14 +202,50 @@ def _in_window(times: pd.Series, start: dt.datetime, end: dt.datetime) -> pd.Ser
 
 
 def _with_attempt_info(rows: pd.DataFrame) -> pd.DataFrame:
-    """Clean rows sorted by logical job then attempt order, with attempt rank and count."""
+    """Clean rows by logical job then attempt order, with what each row's attempt amounts to.
+
+    Rows of one logical job with the same (run_id, run_attempt) are legs of one attempt (CRCR.md
+    "Legs vs attempts"): they share `attempt_index`; `attempts` counts attempts, not legs;
+    `attempt_severity` is the worst leg's `LEG_SEVERITY` and `attempt_open` whether any leg of
+    the attempt is still in progress.
+    """
     rows = rows.sort_values([*LOGICAL_JOB_KEY, *ATTEMPT_ORDER], kind="mergesort")
-    grouped = rows.groupby(LOGICAL_JOB_KEY, sort=False, dropna=False)
+    starts_attempt = (rows[ATTEMPT_KEY] != rows[ATTEMPT_KEY].shift()).any(axis=1).astype(int)
+    by_job = [rows[column] for column in LOGICAL_JOB_KEY]
+    attempt_index = starts_attempt.groupby(by_job, sort=False).cumsum() - 1
+    legs = rows.assign(
+        severity=rows["conclusion"].map(LEG_SEVERITY).fillna(0).astype(int),
+        open=rows["status"] != "completed",
+    ).groupby([rows[column] for column in ATTEMPT_KEY], sort=False)
     return rows.assign(
-        attempt_index=grouped.cumcount(),
-        attempts=grouped["id"].transform("size"),
-        latest_placed_at=grouped["placed_at"].transform("last"),
+        attempt_index=attempt_index,
+        attempts=attempt_index.groupby(by_job, sort=False).transform("max") + 1,
+        latest_placed_at=rows.groupby(by_job, sort=False)["placed_at"].transform("last"),
+        attempt_severity=legs["severity"].transform("max"),
+        attempt_open=legs["open"].transform("any"),
     )
+
+
+def _attempt_outcome(legs: pd.DataFrame) -> pd.DataFrame:
+    """One row per logical job from the legs of one of its attempts: the worst leg stands for it.
+
+    An attempt's conclusion is the worst of its legs (failure > timed_out > cancelled > success),
+    and it is complete only when every leg that reported is, so a passing leg that reports last
+    never hides a failing one.
+    """
+    rows = legs.assign(severity=legs["conclusion"].map(LEG_SEVERITY).fillna(0))
+    worst = (
+        rows.sort_values([*LOGICAL_JOB_KEY, "severity", "id"], kind="mergesort")
+        .groupby(LOGICAL_JOB_KEY, sort=False, dropna=False)
+        .tail(1)
+        .drop(columns="severity")
+    )
+    still_open = worst["attempt_open"].to_numpy()
+    worst = worst.assign(
+        status=np.where(still_open, "in_progress", worst["status"]),
+        conclusion=np.where(still_open, "", worst["conclusion"]),
+    )
+    return worst.sort_values([*LOGICAL_JOB_KEY, *ATTEMPT_ORDER], kind="mergesort")
 
 
 @dataclass(frozen=True, eq=False)
@@ -224,10 +267,11 @@ def prepare(df: Jobs) -> PreparedJobs:
         return df
     rows = _clean(df)
     attempts = _with_attempt_info(rows)
-    latest = attempts[attempts["attempt_index"] == attempts["attempts"] - 1]
-    first = attempts[attempts["attempt_index"] == 0]
-    latest = latest.drop(columns="attempt_index").reset_index(drop=True)
-    first = first.drop(columns="attempt_index").reset_index(drop=True)
+    latest = _attempt_outcome(attempts[attempts["attempt_index"] == attempts["attempts"] - 1])
+    first = _attempt_outcome(attempts[attempts["attempt_index"] == 0])
+    attempt_columns = ["attempt_index", "attempt_severity", "attempt_open"]
+    latest = latest.drop(columns=attempt_columns).reset_index(drop=True)
+    first = first.drop(columns=attempt_columns).reset_index(drop=True)
     return PreparedJobs(
         rows=rows,
         attempts=attempts,
@@ -339,21 +383,161 @@ def proportion(
     return Estimate(successes / n, low, high, n, n >= min_n, unit, note)
 
 
+def student_t_975(df: int) -> float:
+    """The 0.975 quantile of Student's t with `df` degrees of freedom (exact for 1 and 2).
+
+    From df = 3 the Cornish-Fisher expansion in 1/df (Abramowitz & Stegun 26.7.5) is within
+    0.004 of the table (3.1786 for 3.1824) and within 1e-4 from df = 10.
+    """
+    if df < 1:
+        raise ValueError("df must be >= 1")
+    if df == 1:
+        return 12.706204736174707
+    if df == 2:
+        return 4.302652729749464
+    z = Z95
+    terms = (
+        (z**3 + z) / 4,
+        (5 * z**5 + 16 * z**3 + 3 * z) / 96,
+        (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
+        (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160,
+    )
+    return z + sum(term / df**power for power, term in enumerate(terms, start=1))
+
+
+def _chi2_cdf(x: float, df: int) -> float:
+    """P(χ²_df <= x): the regularized lower incomplete gamma function, by its power series."""
+    if x <= 0:
+        return 0.0
+    a, half = df / 2, x / 2
+    term = total = 1.0 / a
+    k = 0
+    while term > total * 1e-15:
+        k += 1
+        term *= half / (a + k)
+        total += term
+    return math.exp(a * math.log(half) - half - math.lgamma(a)) * total
+
+
+@functools.lru_cache(maxsize=4096)
+def chi2_quantile(df: int, p: float) -> float:
+    """The p-quantile of the chi-square distribution with `df` degrees of freedom.
+
+    Bisection on the exact CDF below 30 df; from 30 the Wilson-Hilferty cube (within 0.1%).
+    """
+    if df >= 30:
+        z = NormalDist().inv_cdf(p)
+        return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+    low, high = 0.0, df + 20.0 * math.sqrt(2.0 * df) + 20.0
+    for _ in range(100):
+        middle = (low + high) / 2
+        low, high = (middle, high) if _chi2_cdf(middle, df) < p else (low, middle)
+    return (low + high) / 2
+
+
+def design_effect(hits: np.ndarray, sizes: np.ndarray) -> tuple[float, int] | None:
+    """(variance inflation, degrees of freedom) of a proportion whose units come in clusters.
+
+    `hits[i]` of `sizes[i]` units fell in cluster i (a UTC day). The cluster-robust variance of
+    the ratio estimate, D/(D−1) Σ(hits − p̂·sizes)² / N², over the binomial p̂(1−p̂)/N. None
+    when it cannot be estimated: fewer than two clusters, or p̂ of 0 or 1 (no spread to see).
+    """
+    sizes = np.asarray(sizes, dtype="float64")
+    hits = np.asarray(hits, dtype="float64")
+    clusters = int((sizes > 0).sum())
+    total = sizes.sum()
+    if clusters < 2:
+        return None
+    rate = hits.sum() / total
+    if rate <= 0.0 or rate >= 1.0:
+        return None
+    clustered = clusters / (clusters - 1) * float(((hits - rate * sizes) ** 2).sum()) / total**2
+    return clustered / (rate * (1 - rate) / total), clusters - 1
+
+
+def day_clustered_proportion(
+    times: pd.Series,
+    hits: pd.Series,
+    start: dt.datetime,
+    end: dt.datetime,
+    *,
+    min_n: int = DEFAULT_MIN_N,
+    note: str = "",
+) -> Estimate:
+    """Share of `hits` among the units placed in [start, end), with a day-clustered interval.
+
+    The spread is estimated over UTC days on the `SPREAD_LOOKBACK` days ending at `end`, so
+    `times` and `hits` should reach back that far (`clustered_proportion` gives the interval).
+    """
+    in_window = _in_window(times, start, end)
+    lookback_start = min(pd.Timestamp(start), pd.Timestamp(end) - SPREAD_LOOKBACK)
+    in_lookback = _in_window(times, lookback_start, end)
+    per_day = (
+        hits[in_lookback]
+        .astype("int64")
+        .groupby(times[in_lookback].dt.floor("D"))
+        .agg(["sum", "size"])
+    )
+    return clustered_proportion(
+        int(hits[in_window].sum()),
+        int(in_window.sum()),
+        per_day["sum"].to_numpy(),
+        per_day["size"].to_numpy(),
+        min_n=min_n,
+        note=note,
+    )
+
+
+def clustered_proportion(
+    successes: int,
+    n: int,
+    day_hits: np.ndarray,
+    day_sizes: np.ndarray,
+    *,
+    min_n: int = DEFAULT_MIN_N,
+    note: str = "",
+) -> Estimate:
+    """successes/n with the Wilson interval at n / design effect of the days' spread, t quantile.
+
+    `day_hits`/`day_sizes` are the per-day counts the spread is estimated on (see
+    `day_clustered_proportion`); plain Wilson when the days vary no more than independent jobs
+    would (design effect <= 1) or no spread can be seen.
+    """
+    if n <= 0:
+        return proportion(0, 0, min_n=min_n, note=note)
+    spread = design_effect(day_hits, day_sizes)
+    if spread is None or spread[0] <= 1.0:
+        # Days no more alike than independent jobs: never claim more than binomial precision.
+        return proportion(successes, n, min_n=min_n, note=note)
+    inflation, df = spread
+    effective = n / inflation
+    low, high = wilson_interval(successes / n * effective, effective, student_t_975(df))
+    clustered = f"day-clustered interval (design effect {inflation:.2f}, {df} df)"
+    return Estimate(
+        successes / n,
+        low,
+        high,
+        n,
+        n >= min_n,
+        "ratio",
+        f"{note}; {clustered}" if note else clustered,
+    )
+
+
 def _values(values: Iterable[float] | pd.Series) -> np.ndarray:
-    # Sorting makes the bootstrap depend on the multiset of values, not on their order.
-    arr = np.asarray(pd.Series(values, dtype="float64").dropna(), dtype="float64")
-    return np.sort(arr)
+    return np.sort(np.asarray(pd.Series(values, dtype="float64").dropna(), dtype="float64"))
 
 
 def mean_estimate(
-    values: Iterable[float] | pd.Series,
-    *,
-    min_n: int = DEFAULT_MIN_N,
-    unit: str = "seconds",
-    seed: int = BOOTSTRAP_SEED,
-    resamples: int = BOOTSTRAP_RESAMPLES,
+    values: Iterable[float] | pd.Series, *, min_n: int = DEFAULT_MIN_N, unit: str = "seconds"
 ) -> Estimate:
-    """Mean with a deterministic percentile-bootstrap 95% interval (normal above 5,000)."""
+    """Mean with a 95% interval that holds on skewed (log-normal-like) and symmetric durations.
+
+    The union of two intervals: on y = log(1 + x), whose mean gives exp(μ + σ²/2) − 1, the
+    MOVER combination (Zou & Donner) of a t interval for μ and a chi-square one for σ²/2; and
+    Student's t on x itself. Whichever of the two models the durations follow, the union
+    covers at least as often as that model's interval (docs/statistics.md has the figures).
+    """
     arr = _values(values)
     n = arr.size
     if n == 0:
@@ -361,28 +545,46 @@ def mean_estimate(
     mean = float(arr.mean())
     if n == 1:
         return Estimate(mean, mean, mean, 1, min_n <= 1, unit, "single value")
-    if n > BOOTSTRAP_MAX_N:
-        half = Z95 * float(arr.std(ddof=1)) / math.sqrt(n)
-        low, high, note = mean - half, mean + half, "normal interval"
-    else:
-        rng = np.random.default_rng(seed)
-        means = np.empty(resamples)
-        chunk = max(1, 2_000_000 // n)
-        for start in range(0, resamples, chunk):
-            stop = min(resamples, start + chunk)
-            idx = rng.integers(0, n, size=(stop - start, n))
-            means[start:stop] = arr[idx].mean(axis=1)
-        low, high = (float(x) for x in np.quantile(means, [0.025, 0.975]))
-        note = "bootstrap interval"
-    return Estimate(mean, min(low, mean), max(high, mean), n, n >= min_n, unit, note)
+    df = n - 1
+    t_half = student_t_975(df) * float(arr.std(ddof=1)) / math.sqrt(n)
+    logs = np.log1p(np.clip(arr, 0.0, None))
+    centre, variance = float(logs.mean()), float(logs.var(ddof=1))
+    location = student_t_975(df) * math.sqrt(variance / n)
+    half_low = variance / 2 - df * variance / (2 * chi2_quantile(df, 0.975))
+    half_high = df * variance / (2 * chi2_quantile(df, 0.025)) - variance / 2
+    low = math.expm1(centre + variance / 2 - math.hypot(location, half_low))
+    top = centre + variance / 2 + math.hypot(location, half_high)
+    # So few or so spread values bound nothing a float can hold: no upper bound at all.
+    high = max(math.expm1(top), mean + t_half) if top < MAX_LOG_SECONDS else None
+    return Estimate(
+        mean, min(low, mean - t_half), high, n, n >= min_n, unit, "log-scale and t interval"
+    )
 
 
-def order_statistic_ranks(n: int, q: float, z: float = Z95) -> tuple[int, int]:
-    """1-based ranks (l, u) with x_(l) <= q-quantile <= x_(u) at about 95% (normal approx.)."""
-    spread = z * math.sqrt(n * q * (1 - q))
-    low = math.floor(n * q - spread)
-    high = math.ceil(n * q + spread) + 1
-    return max(1, low), min(n, high)
+def _binomial_cdf(n: int, q: float) -> np.ndarray:
+    """P(B <= j) for j = 0..n, B ~ Binomial(n, q), from log-pmfs (stable for large n)."""
+    j = np.arange(n + 1)
+    log_choose = np.array(
+        [math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) for k in j]
+    )
+    log_pmf = log_choose + j * math.log(q) + (n - j) * math.log1p(-q)
+    return np.cumsum(np.exp(log_pmf))
+
+
+def order_statistic_ranks(n: int, q: float) -> tuple[int | None, int | None]:
+    """1-based ranks (l, u) with P(x_(l) > q-quantile) and P(x_(u) < it) each at most 2.5%.
+
+    Exact (binomial), so None where no order statistic of n values reaches that confidence: the
+    upper bound of a P95 needs n >= 72 (0.95^72 < 0.025), the lower one n >= 72 as well.
+    """
+    cdf = _binomial_cdf(n, q)
+    # x_(l) <= quantile unless fewer than l values fall below it: P(B <= l - 1) <= 2.5%.
+    lows = np.flatnonzero(cdf <= 0.025)
+    # x_(u) >= quantile unless at least u values fall below it: P(B >= u) = 1 - cdf[u-1].
+    highs = np.flatnonzero(1.0 - cdf[:-1] <= 0.025)
+    low = int(lows[-1]) + 1 if lows.size else None
+    high = int(highs[0]) + 1 if highs.size else None
+    return low, high
 
 
 def percentile_estimate(
@@ -392,17 +594,20 @@ def percentile_estimate(
     min_n: int = DEFAULT_MIN_N,
     unit: str = "seconds",
 ) -> Estimate:
-    """The q-quantile (linear interpolation) with a distribution-free order-statistic interval."""
+    """The q-quantile (linear interpolation) with an exact distribution-free interval.
+
+    A bound no order statistic can give at 97.5% (a P95's upper bound below n = 72) is None,
+    so a gate deciding on it says insufficient data rather than trusting the sample maximum.
+    """
     arr = _values(values)
     n = arr.size
     if n == 0:
         return Estimate(None, None, None, 0, False, unit, "no data")
     value = float(np.quantile(arr, q))
     low_rank, high_rank = order_statistic_ranks(n, q)
-    low, high = float(arr[low_rank - 1]), float(arr[high_rank - 1])
-    return Estimate(
-        value, min(low, value), max(high, value), n, n >= min_n, unit, "order-statistic interval"
-    )
+    low = None if low_rank is None else min(float(arr[low_rank - 1]), value)
+    high = None if high_rank is None else max(float(arr[high_rank - 1]), value)
+    return Estimate(value, low, high, n, n >= min_n, unit, "order-statistic interval")
 
 
 # --------------------------------------------------------------------------- pass rates
@@ -418,32 +623,51 @@ def outcome_counts(df: Jobs, start: dt.datetime, end: dt.datetime) -> OutcomeCou
 
 
 def _pass_rate_from_counts(counts: OutcomeCounts, min_n: int) -> Estimate:
-    note = f"{counts.superseded} superseded cancels and {counts.excluded} skipped/neutral excluded"
-    return proportion(counts.successes, counts.counted, min_n=min_n, note=note)
+    # One day's pass rate (daily series): a single cluster, so the plain Wilson interval.
+    return proportion(counts.successes, counts.counted, min_n=min_n, note=_excluded_note(counts))
+
+
+def _excluded_note(counts: OutcomeCounts) -> str:
+    return f"{counts.superseded} superseded cancels and {counts.excluded} skipped/neutral excluded"
+
+
+def _share_of_counted(
+    jobs: pd.DataFrame,
+    when: str,
+    outcome: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    min_n: int,
+    note: str = "",
+) -> Estimate:
+    """Share of `outcome` among the counted logical jobs placed (by `when`) in the window."""
+    counted = jobs[jobs["outcome"].isin(COUNTED)]
+    return day_clustered_proportion(
+        counted[when], counted["outcome"] == outcome, start, end, min_n=min_n, note=note
+    )
 
 
 def pass_rate(
     df: Jobs, start: dt.datetime, end: dt.datetime, *, min_n: int = DEFAULT_MIN_N
 ) -> Estimate:
     """Job pass rate: successes / counted latest attempts of the window's logical jobs."""
-    return _pass_rate_from_counts(outcome_counts(df, start, end), min_n)
+    latest = prepare(df).latest
+    note = _excluded_note(_counts(_window_latest(latest, start, end)["outcome"]))
+    return _share_of_counted(latest, "placed_at", SUCCESS, start, end, min_n, note)
 
 
 def timeout_rate(
     df: Jobs, start: dt.datetime, end: dt.datetime, *, min_n: int = DEFAULT_MIN_N
 ) -> Estimate:
     """Share of counted latest attempts that timed out (same denominator as the pass rate)."""
-    counts = outcome_counts(df, start, end)
-    return proportion(counts.timed_out, counts.counted, min_n=min_n)
+    return _share_of_counted(prepare(df).latest, "placed_at", TIMED_OUT, start, end, min_n)
 
 
 def first_attempt_pass_rate(
     df: Jobs, start: dt.datetime, end: dt.datetime, *, min_n: int = DEFAULT_MIN_N
 ) -> Estimate:
     """Pass rate of each window logical job's first attempt (what a re-run would have hidden)."""
-    first = prepare(df).first
-    counts = _counts(first.loc[_in_window(first["latest_placed_at"], start, end), "outcome"])
-    return proportion(counts.successes, counts.counted, min_n=min_n)
+    return _share_of_counted(prepare(df).first, "latest_placed_at", SUCCESS, start, end, min_n)
 
 
 def rerun_rate(
@@ -451,10 +675,10 @@ def rerun_rate(
 ) -> Estimate:
     """Share of the window's completed logical jobs that have more than one attempt."""
     latest = prepare(df).latest
-    in_window = latest[
-        _in_window(latest["placed_at"], start, end) & (latest["status"] == "completed")
-    ]
-    return proportion(int((in_window["attempts"] > 1).sum()), len(in_window), min_n=min_n)
+    completed = latest[latest["status"] == "completed"]
+    return day_clustered_proportion(
+        completed["placed_at"], completed["attempts"] > 1, start, end, min_n=min_n
+    )
 
 
 # --------------------------------------------------------------------------- flakiness
@@ -464,15 +688,16 @@ def flaky_jobs(df: Jobs, start: dt.datetime, end: dt.datetime) -> pd.DataFrame:
     """Window logical jobs with `has_failure`, `has_success` and `flaky` (both) columns."""
     attempts = prepare(df).attempts
     attempts = attempts[_in_window(attempts["latest_placed_at"], start, end)]
-    completed = attempts["status"] == "completed"
+    # Judged by attempt (the worst of its legs), so two legs of one attempt are not a flake.
+    completed = ~attempts["attempt_open"]
     attempts = attempts.assign(
-        is_failure=completed & (attempts["conclusion"] == "failure"),
-        is_success=completed & (attempts["conclusion"] == "success"),
+        is_failure=completed & (attempts["attempt_severity"] == LEG_SEVERITY[FAILURE]),
+        is_success=completed & (attempts["attempt_severity"] == LEG_SEVERITY[SUCCESS]),
     )
     per_job = attempts.groupby(LOGICAL_JOB_KEY, sort=True).agg(
         has_failure=("is_failure", "any"),
         has_success=("is_success", "any"),
-        attempts=("id", "size"),
+        attempts=("attempts", "last"),
         placed_at=("latest_placed_at", "last"),
     )
     return per_job.assign(flaky=per_job["has_failure"] & per_job["has_success"]).reset_index()
@@ -482,9 +707,12 @@ def flake_rate(
     df: Jobs, start: dt.datetime, end: dt.datetime, *, min_n: int = DEFAULT_MIN_N
 ) -> Estimate:
     """Flaky logical jobs / logical jobs with at least one failed or successful attempt."""
-    jobs = flaky_jobs(df, start, end)
+    lookback_start = min(pd.Timestamp(start), pd.Timestamp(end) - SPREAD_LOOKBACK)
+    jobs = flaky_jobs(df, lookback_start, end)
     eligible = jobs[jobs["has_failure"] | jobs["has_success"]]
-    return proportion(int(eligible["flaky"].sum()), len(eligible), min_n=min_n)
+    return day_clustered_proportion(
+        eligible["placed_at"], eligible["flaky"], start, end, min_n=min_n
+    )
 
 
 def _flip_counts(outcomes: list[bool]) -> tuple[int, int]:
@@ -575,8 +803,13 @@ def overrun_rate(
     df: Jobs, start: dt.datetime, end: dt.datetime, *, min_n: int = DEFAULT_MIN_N
 ) -> Estimate:
     """Share of timed attempts over 3 h end to end (attempts with unknown duration excluded)."""
-    flags = overrun_flags(timed_attempts(df, start, end)).dropna()
-    return proportion(int(flags.sum()), int(flags.size), min_n=min_n)
+    lookback_start = min(pd.Timestamp(start), pd.Timestamp(end) - SPREAD_LOOKBACK)
+    rows = timed_attempts(df, lookback_start, end)
+    flags = overrun_flags(rows)
+    known = flags.notna()
+    return day_clustered_proportion(
+        rows.loc[known, "placed_at"], flags[known].astype(bool), start, end, min_n=min_n
+    )
 
 
 def timing_estimates(
@@ -816,8 +1049,8 @@ def backend_summary(
     df = prepare(df)
     counts = outcome_counts(df, window_start, window_end)
     summary: dict[str, Any] = {
-        "job_pass_rate": _pass_rate_from_counts(counts, min_n),
-        "timeout_rate": proportion(counts.timed_out, counts.counted, min_n=min_n),
+        "job_pass_rate": pass_rate(df, window_start, window_end, min_n=min_n),
+        "timeout_rate": timeout_rate(df, window_start, window_end, min_n=min_n),
         "first_attempt_pass_rate": first_attempt_pass_rate(
             df, window_start, window_end, min_n=min_n
         ),

@@ -235,19 +235,60 @@ def test_gate_metrics_computes_each_criterion_over_its_own_window():
 # --------------------------------------------------------------------------- smoothing
 
 
-def test_stable_decision_changes_only_after_k_agreeing_evaluations():
+DAY = dt.date(2026, 10, 1)
+
+
+def days(count, start=DAY, step=1):
+    """`count` calendar days from `start`, `step` apart."""
+    return [start + dt.timedelta(days=i * step) for i in range(count)]
+
+
+def published(decisions, k=3, initial=gates.INSUFFICIENT, on=None):
+    return gates.published_decisions(on or days(len(decisions)), decisions, k, initial)
+
+
+def test_a_change_is_published_after_k_agreeing_consecutive_days():
     e, n = gates.ELIGIBLE, gates.NOT_ELIGIBLE
-    assert gates.stable_decision([n, e, e], 3) == n
-    assert gates.stable_decision([n, e, e, e], 3) == e
-    assert gates.stable_decision([n, e, e, n, e, e], 3) == n
-    assert gates.stable_decisions([n, e, e, e, n, n, e, n, n, n], 3) == [
+    assert published([n, e, e], initial=n)[-1] == n
+    assert published([n, e, e, e], initial=n)[-1] == e
+    assert published([n, e, e, n, e, e], initial=n)[-1] == n
+    assert published([n, e, e, e, n, n, e, n, n, n], initial=n) == [
         n, n, n, e, e, e, e, e, e, n,
     ]  # fmt: skip
-    assert gates.stable_decision([e], 3, initial=n) == n
-    assert gates.stable_decision([], 3) == gates.INSUFFICIENT
-    assert gates.stable_decision([], 3, initial=gates.KEEP) == gates.KEEP
-    with pytest.raises(ValueError):
-        gates.stable_decision([n], 0)
+    assert published([e], initial=n) == [n]
+    assert published([], initial=gates.KEEP) == []
+    with pytest.raises(ValueError, match="k must be"):
+        published([n], k=0)
+    with pytest.raises(ValueError, match="increasing"):
+        published([n, n], on=[DAY, DAY])
+
+
+def test_the_first_evaluations_do_not_publish_a_change_on_their_own():
+    e, n = gates.ELIGIBLE, gates.NOT_ELIGIBLE
+    # Nothing published yet is "insufficient_data": eligible needs k days like any change.
+    assert published([e]) == [gates.INSUFFICIENT]
+    assert published([e, e, e])[-1] == e
+    # A 30-day history of [N, N, E] never has three eligible days in a row.
+    assert set(published([n, n, e] * 10, initial=n)) == {n}
+    assert e not in published([n, n, e] * 10)
+
+
+def test_a_missing_day_breaks_a_streak():
+    d = gates.DEMOTE
+    weekly = days(3, step=7)
+    assert published([d, d, d], initial=gates.KEEP, on=weekly)[-1] == gates.KEEP
+    with_gap = [DAY, DAY + dt.timedelta(days=1), DAY + dt.timedelta(days=3)]
+    assert published([d, d, d], initial=gates.KEEP, on=with_gap)[-1] == gates.KEEP
+    assert published([d, d, d], initial=gates.KEEP)[-1] == d
+
+
+def test_streak_start_is_the_first_of_the_consecutive_agreeing_days():
+    d, keep = gates.DEMOTE, gates.KEEP
+    assert gates.streak_start([], []) is None
+    assert gates.streak_start(days(4), [keep, d, d, d]) == DAY + dt.timedelta(days=1)
+    # Weekly rows are three separate one-day streaks: the last one starts on its own day.
+    weekly = days(3, start=dt.date(2026, 10, 31), step=7)
+    assert gates.streak_start(weekly, [d, d, d]) == dt.date(2026, 11, 14)
 
 
 def test_demotion_deadline_counts_working_days():
@@ -273,19 +314,23 @@ def test_a_true_90_percent_backend_rarely_changes_level():
         rng = np.random.default_rng(seed)
         jobs = rng.poisson(40, size=180 + 13)
         passes = rng.binomial(jobs, 0.90)
-        level, history, changes, naive = "L2", [], 0, []
+        level, on, history, changes, naive = "L2", [], [], 0, []
         for day in range(13, 180 + 13):
+            on.append(DAY + dt.timedelta(days=day))
             window = slice(day - 13, day + 1)
             estimate = stats.proportion(int(passes[window].sum()), int(jobs[window].sum()))
             metrics = healthy_l3_metrics(**{"job_pass_rate@14d": estimate})
             if level == "L2":
                 history.append(gates.evaluate(metrics, POLICY, "L3", "L2", 60).decision)
-                moved = gates.stable_decision(history, k, gates.NOT_ELIGIBLE) == gates.ELIGIBLE
+                moved = gates.published_decisions(on, history, k, gates.INSUFFICIENT)[-1]
+                moved = moved == gates.ELIGIBLE
             else:
                 history.append(gates.evaluate(metrics, POLICY, None, "L3").demotion_decision)
-                moved = gates.stable_decision(history, k, gates.KEEP) == gates.DEMOTE
+                moved = gates.published_decisions(on, history, k, gates.KEEP)[-1] == gates.DEMOTE
             if moved:
-                level, history, changes = ("L3" if level == "L2" else "L2"), [], changes + 1
+                # As in production: the new level's decisions start from its own first day.
+                level, on, history = ("L3" if level == "L2" else "L2"), [], []
+                changes += 1
             # What upstream does: the point estimate against 90%, no smoothing.
             naive.append(estimate.value > 0.90)
         assert changes <= 3, (seed, changes)

@@ -190,6 +190,46 @@ def test_window_takes_logical_jobs_by_their_latest_attempt_and_days_add_up():
     assert series.loc[1, "low"] == pytest.approx(stats.wilson_interval(1, 2)[0])
 
 
+# --------------------------------------------------------------------------- legs
+
+
+@pytest.mark.parametrize("order", ["failing_leg_first", "passing_leg_first"])
+def test_an_attempt_is_the_worst_of_its_legs_whichever_reports_last(order):
+    failing = job(conclusion="failure", minutes=1)
+    passing = job(conclusion="success", minutes=2)
+    if order == "passing_leg_first":
+        failing["id"], passing["id"] = passing["id"], failing["id"]
+    df = frame(failing, passing)  # two legs of run 100 attempt 1, sharing a job name
+    latest = stats.latest_attempts(df)
+    assert len(latest) == 1
+    assert (latest["id"].iloc[0], latest["outcome"].iloc[0]) == (failing["id"], stats.FAILURE)
+    assert latest["attempts"].iloc[0] == 1
+    assert stats.pass_rate(df, START, END).value == 0.0
+    # Legs are not re-runs, and a failing and a passing leg of one attempt are not a flake.
+    assert stats.rerun_rate(df, START, END).value == 0.0
+    assert stats.flake_rate(df, START, END).value == 0.0
+
+
+def test_an_attempt_with_a_leg_in_progress_is_not_counted_yet():
+    df = frame(job(conclusion="success"), job(status="in_progress", conclusion=""))
+    assert stats.latest_attempts(df)["outcome"].iloc[0] == stats.EXCLUDED
+    assert stats.pass_rate(df, START, END).n == 0
+
+
+def test_a_rerun_whose_legs_all_pass_makes_the_logical_job_pass_and_flaky():
+    df = frame(
+        job(conclusion="failure"),
+        job(conclusion="success"),
+        job(run_attempt=2, conclusion="success", minutes=30),
+        job(run_attempt=2, conclusion="success", minutes=31),
+    )
+    latest = stats.latest_attempts(df)
+    assert (latest["outcome"].iloc[0], latest["attempts"].iloc[0]) == (stats.SUCCESS, 2)
+    assert stats.first_attempt_pass_rate(df, START, END).value == 0.0
+    assert stats.flake_rate(df, START, END).value == 1.0
+    assert stats.rerun_rate(df, START, END).value == 1.0
+
+
 # --------------------------------------------------------------------------- flakiness
 
 
@@ -277,21 +317,41 @@ def test_timing_percentiles_means_and_overrun_by_hand():
 
 
 def test_order_statistic_ranks_by_hand():
-    # n = 30, median: 15 ± 1.96·√7.5 = 15 ± 5.37 → ranks ⌊9.63⌋ = 9 and ⌈20.37⌉ + 1 = 22.
-    assert stats.order_statistic_ranks(30, 0.5) == (9, 22)
-    # n = 3, P95: 2.85 ± 1.96·√0.1425 = 2.85 ± 0.74 → ranks 2 and min(3, 4) = 3.
-    assert stats.order_statistic_ranks(3, 0.95) == (2, 3)
+    # n = 30, median, B ~ Bin(30, 0.5) values below it: P(B <= 9) = 0.0214 <= 2.5% <
+    # P(B <= 10) = 0.0494, so x_(10) is the lower bound; P(B >= 21) = 0.0214, so x_(21) the upper.
+    assert stats.order_statistic_ranks(30, 0.5) == (10, 21)
+    # P95: no order statistic of 30 values is above it with 97.5% (0.95^30 = 0.215) ...
+    assert stats.order_statistic_ranks(30, 0.95) == (26, None)
+    # ... the sample maximum is from n = 72 (0.95^72 = 0.0249).
+    assert stats.order_statistic_ranks(72, 0.95) == (64, 72)
+    assert stats.order_statistic_ranks(71, 0.95)[1] is None
 
 
-def test_bootstrap_mean_is_deterministic():
+def test_p95_of_a_small_sample_has_no_upper_bound_and_cannot_pass_a_gate_on_it():
+    estimate = stats.percentile_estimate(np.arange(1.0, 31.0), 0.95)
+    assert estimate.high is None and estimate.low == 26.0
+
+
+def test_mean_interval_is_order_free_and_skewed_to_the_right():
     values = [float(v) for v in range(1, 41)]
     first = stats.mean_estimate(values)
     assert first == stats.mean_estimate(list(reversed(values)))
     assert first.value == 20.5
     assert first.low < 20.5 < first.high
+    assert first.note == "log-scale and t interval"
     large = stats.mean_estimate(np.arange(10_000, dtype=float))
-    assert large.note == "normal interval"
     assert large.low < large.value < large.high
+    # Two values this far apart bound nothing: no upper bound rather than an overflow.
+    assert stats.mean_estimate([0.0, 20_000.0]).high is None
+
+
+def test_chi_square_and_student_t_quantiles_match_the_tables():
+    table = {1: (0.000982, 5.0239), 2: (0.0506, 7.3778), 10: (3.247, 20.4832), 30: (16.791, 46.979)}
+    for df, (low, high) in table.items():
+        assert stats.chi2_quantile(df, 0.025) == pytest.approx(low, rel=2e-3)
+        assert stats.chi2_quantile(df, 0.975) == pytest.approx(high, rel=2e-3)
+    for df, value in {1: 12.7062, 2: 4.3027, 3: 3.1824, 13: 2.1604, 30: 2.0423}.items():
+        assert stats.student_t_975(df) == pytest.approx(value, abs=4e-3)
 
 
 def test_stuck_jobs_and_liveness():
@@ -408,7 +468,9 @@ def test_every_rate_is_in_the_unit_interval_and_bounds_contain_values(df):
         estimate = summary[name]
         if not isinstance(estimate, stats.Estimate) or estimate.value is None:
             continue
-        assert estimate.low <= estimate.value <= estimate.high, name
+        # A bound of None means the data bound nothing on that side.
+        assert estimate.low is None or estimate.low <= estimate.value, name
+        assert estimate.high is None or estimate.value <= estimate.high, name
         if estimate.unit == "ratio":
             assert estimate.low >= 0.0 and estimate.high <= 1.0, name
 

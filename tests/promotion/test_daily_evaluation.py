@@ -6,19 +6,20 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.test import Client
 
-from hud import gates, promotion
+from hud import gates, pagedata, promotion, selectors
 from hud.models import DemotionWarning, GateEvaluation, Level, LevelChange
-from tests.promotion import UTC, admin, backend, maintainer, messages_of, report_at
+from tests.promotion import UTC, admin, backend, criterion, maintainer, messages_of, report_at
 
 pytestmark = pytest.mark.django_db
 
 THU, FRI, SAT, SUN = (dt.date(2026, 11, 5) + dt.timedelta(days=i) for i in range(4))
 SINCE = dt.datetime(2026, 8, 1, tzinfo=UTC)
+HOUR = dt.timedelta(hours=1)
 
 
 def _run(frozen_clock, day: dt.date) -> dict[str, int]:
-    """The periodic task's view of `day`: run shortly after it ended."""
-    frozen_clock.set(dt.datetime.combine(day + dt.timedelta(days=1), dt.time(0, 30), tzinfo=UTC))
+    """The hourly task's view of `day`: its first run after 01:00 the next day."""
+    frozen_clock.set(dt.datetime.combine(day + dt.timedelta(days=1), dt.time(1, 30), tzinfo=UTC))
     return promotion.daily_evaluation(day)
 
 
@@ -78,10 +79,52 @@ def test_evaluation_detail_is_the_gate_as_of_the_end_of_the_day(frozen_clock, si
     assert "no_results_for_4_weeks" in evaluation.detail["demoting"]
 
 
-def test_default_day_is_the_day_that_just_ended(frozen_clock, silent):
-    frozen_clock.set(dt.datetime(2026, 11, 6, 0, 30, tzinfo=UTC))
-    promotion.daily_evaluation()
-    assert list(GateEvaluation.objects.values_list("day", flat=True)) == [THU]
+@pytest.mark.parametrize("time", [dt.time(0, 30), dt.time(1, 30), dt.time(13), dt.time(23, 59)])
+def test_default_day_is_the_last_finished_day_whatever_the_hour(frozen_clock, silent, time):
+    frozen_clock.set(dt.datetime.combine(FRI, time, tzinfo=UTC))
+    assert promotion.daily_evaluation() == {"evaluated": 1, "warnings": 0}
+    stored = GateEvaluation.objects.get()
+    assert stored.day == THU
+    assert stored.detail["as_of"] == "2026-11-06T00:00:00+00:00"
+    # Later runs the same day find nothing left to do.
+    frozen_clock.advance(seconds=30)
+    assert promotion.daily_evaluation() == {"evaluated": 0, "warnings": 0}
+
+
+def test_a_day_that_has_not_ended_is_refused(frozen_clock, silent):
+    frozen_clock.set(dt.datetime(2026, 11, 6, 23, 59, tzinfo=UTC))
+    with pytest.raises(ValueError, match="2026-11-06 has not ended yet"):
+        promotion.daily_evaluation(FRI)
+    assert not GateEvaluation.objects.exists()
+
+
+def test_missing_days_are_back_filled_in_order_and_the_streak_runs_through_them(
+    frozen_clock, silent, healthy
+):
+    _run(frozen_clock, THU)
+    frozen_clock.set(dt.datetime(2026, 11, 9, 1, 30, tzinfo=UTC))  # Monday: three days missed
+    assert promotion.daily_evaluation() == {"evaluated": 6, "warnings": 1}
+    days = GateEvaluation.objects.filter(downstream=silent).order_by("day")
+    assert [e.day for e in days] == [THU, FRI, SAT, SUN]
+    assert [e.detail["as_of"][:10] for e in days] == [
+        "2026-11-06", "2026-11-07", "2026-11-08", "2026-11-09",
+    ]  # fmt: skip
+    warning = DemotionWarning.objects.get()
+    assert (warning.first_failing_on, warning.deadline) == (THU, dt.date(2026, 11, 9))
+
+
+def test_stored_evaluation_equals_the_gates_api_as_of_the_next_midnight(
+    frozen_clock, healthy, client
+):
+    report_at(frozen_clock, healthy, dt.datetime(2026, 11, 5, 22, tzinfo=UTC), 4, HOUR, "failure")
+    _run(frozen_clock, THU)  # 01:30 on Friday: the failures of Friday's first hours exist
+    stored = GateEvaluation.objects.get(day=THU).detail
+    for as_of in ("2026-11-06T00:00:00Z", "2026-11-05"):
+        response = client.get("/api/v1/backends/org/healthy/gates", {"as_of": as_of})
+        assert response.json() == stored
+    # 14 days at one success a day and the 2 failures before midnight; the 2 after it wait.
+    rate = criterion(stored, "job_pass_rate")
+    assert (rate["n"], rate["value"]) == (16, 14 / 16)
 
 
 def test_k_consecutive_failing_days_raise_exactly_one_warning_deadline_skips_weekend(
@@ -208,3 +251,60 @@ def test_a_new_failing_streak_after_a_dismissal_raises_a_new_warning(frozen_cloc
     fresh = DemotionWarning.objects.get(status="open")
     assert fresh.first_failing_on == dt.date(2026, 11, 9)
     assert fresh.deadline == dt.date(2026, 11, 11)
+
+
+def test_a_streak_counts_calendar_days_not_stored_rows(frozen_clock, silent):
+    for weeks_ago in (2, 1):
+        GateEvaluation.objects.create(
+            downstream=silent, day=dt.date(2026, 10, 29) - dt.timedelta(weeks=weeks_ago),
+            current_level=2, promotion="not_eligible", retention=gates.DEMOTE,
+            stable_promotion="not_eligible", stable_retention=gates.KEEP, detail={},
+            created_at=frozen_clock(),
+        )  # fmt: skip
+    # Weekly rows then two consecutive days: two days of demote, not four.
+    assert _run(frozen_clock, dt.date(2026, 10, 22) + dt.timedelta(days=1))["warnings"] == 0
+    assert not DemotionWarning.objects.exists()
+    assert _run(frozen_clock, dt.date(2026, 10, 24))["warnings"] == 1
+    warning = DemotionWarning.objects.get()
+    assert warning.first_failing_on == dt.date(2026, 10, 22)
+    assert warning.deadline == dt.date(2026, 10, 26)  # Thursday + Friday, Monday
+
+
+def test_evaluations_from_a_previous_level_never_seed_the_decision(frozen_clock):
+    broken = backend("org/broken", Level.L3, since=SINCE)
+    # Failing every 3 hours from 28 October: enough failures for L3's and L4's minimum n.
+    start = dt.datetime(2026, 10, 28, tzinfo=UTC)
+    report_at(frozen_clock, broken, start, 80, 3 * HOUR, "failure")
+    _run(frozen_clock, THU)
+    _run(frozen_clock, FRI)
+    # Promoted on Saturday morning: L3's demote days say nothing about L4.
+    moment = dt.datetime(2026, 11, 7, 9, tzinfo=UTC)
+    broken.changes.create(
+        from_level=3, to_level=4, at=moment, recorded_at=moment, source="approval", reason="x"
+    )
+    broken.level = Level.L4
+    broken.save(update_fields=["level"])
+    assert _run(frozen_clock, SAT)["warnings"] == 0
+    saturday = GateEvaluation.objects.get(day=SAT)
+    assert (saturday.current_level, saturday.retention) == (4, gates.DEMOTE)
+    assert saturday.stable_retention == gates.KEEP
+    assert _run(frozen_clock, SUN)["warnings"] == 0
+    assert _run(frozen_clock, dt.date(2026, 11, 9))["warnings"] == 1
+    warning = DemotionWarning.objects.get()
+    assert (warning.level, warning.first_failing_on) == (4, SAT)
+
+
+def test_the_gate_history_chart_plots_the_stored_evaluations(frozen_clock, healthy, client):
+    outage = dt.datetime(2026, 11, 4, 10, tzinfo=UTC)
+    report_at(frozen_clock, healthy, outage, 6, dt.timedelta(minutes=10), "failure")
+    promotion.add_exclusion(admin(), healthy, "outage", start=outage, end=outage + HOUR)
+    for day in (dt.date(2026, 11, 4), THU):
+        _run(frozen_clock, day)
+    history = pagedata.gate_history(selectors.gate_evaluations(healthy.pk, SINCE.date()))
+    rates = history[history["metric"] == "job_pass_rate"]
+    stored = [criterion(e.detail, "job_pass_rate") for e in GateEvaluation.objects.order_by("day")]
+    assert rates["value"].tolist() == [item["value"] for item in stored] == [1.0, 1.0]
+    assert rates["n"].tolist() == [item["n"] for item in stored]
+    assert [str(t.date()) for t in rates["as_of"]] == ["2026-11-05", "2026-11-06"]
+    page = client.get("/crcr/org/healthy")
+    assert page.status_code == 200 and "Gated rates as of each day" in page.content.decode()

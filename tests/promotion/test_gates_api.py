@@ -84,6 +84,16 @@ def test_bad_as_of_is_a_400_naming_the_parameter(npu, client, raw):
     assert "as_of" in body["detail"]
 
 
+@pytest.mark.parametrize("raw", ["2026-11-02", "2026-11-02T12:00:01Z", "2027-01-01T00:00:00"])
+def test_as_of_in_the_future_is_a_400(npu, client, raw):
+    # The clock is at 2026-11-02 12:00: today has not ended, so "2026-11-02" is in the future.
+    response = client.get(URL, {"as_of": raw})
+    assert response.status_code == 400
+    body = response.json()
+    assert body["field"] == "as_of" and "must not be in the future" in body["detail"]
+    assert client.get(URL, {"as_of": "2026-11-02T12:00:00Z"}).status_code == 200
+
+
 def test_unknown_backend_is_404(client, frozen_clock):
     response = client.get("/api/v1/backends/nobody/nothing/gates")
     assert response.status_code == 404

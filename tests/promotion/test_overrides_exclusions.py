@@ -6,8 +6,9 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.test import Client
 
-from hud import promotion
+from hud import ingest, promotion
 from hud.models import GateExclusion, Level, LevelOverride
+from hud.payload import parse_callback
 from tests.promotion import (
     UTC,
     admin,
@@ -18,8 +19,10 @@ from tests.promotion import (
     report,
     report_at,
 )
+from tests.support import builders
 
 pytestmark = pytest.mark.django_db
+HOUR = dt.timedelta(hours=1)
 
 
 def _client_for(member) -> Client:
@@ -167,6 +170,49 @@ def test_a_single_job_can_be_excluded(outage):
     assert criterion(evaluation, "job_pass_rate")["n"] == 29
     assert evaluation["exclusions"][0]["job"] == red[0]
     assert evaluation["exclusions"][0]["excluded_attempts"] == 1
+
+
+def _rerun(npu, job_id: int, conclusion: str) -> int:
+    """Attempt 2 of the logical job of `job_id` (same delivery, SHA and run)."""
+    first = npu.jobs.get(pk=job_id)
+    body = builders.callback_body(
+        npu.full_name,
+        status="completed",
+        conclusion=conclusion,
+        delivery_id=first.delivery_id,
+        payload=builders.pr_payload(number=first.pr_number, sha=first.head_sha),
+        run_id=first.run_id,
+        run_attempt=2,
+        job_name=first.job_name,
+    )
+    outcome = ingest.store(npu, parse_callback(body, npu.full_name), source="callback")
+    assert outcome.status == "created"
+    return outcome.job_id
+
+
+def test_excluding_an_attempt_excludes_every_attempt_of_its_logical_job(outage, frozen_clock):
+    npu, red = outage
+    frozen_clock.set(dt.datetime(2026, 10, 26, tzinfo=UTC))
+    second = _rerun(npu, red[0], "failure")
+    frozen_clock.set(dt.datetime(2026, 11, 2, 12, tzinfo=UTC))
+    promotion.add_exclusion(admin(), npu, "bogus re-run", job=npu.jobs.get(pk=second))
+    evaluation = promotion.evaluate_backend(npu).to_dict()
+    # Attempt 1 does not become the latest: the whole logical job is out (29 of 30 jobs).
+    rate = criterion(evaluation, "job_pass_rate")
+    assert (rate["n"], rate["value"]) == (29, pytest.approx(20 / 29))
+    assert evaluation["exclusions"][0]["excluded_attempts"] == 2
+
+
+def test_a_window_excludes_the_logical_jobs_with_an_attempt_in_it(outage, frozen_clock):
+    npu, red = outage
+    frozen_clock.set(dt.datetime(2026, 10, 26, tzinfo=UTC))
+    _rerun(npu, red[0], "success")  # a re-run after the outage passed
+    frozen_clock.set(dt.datetime(2026, 11, 2, 12, tzinfo=UTC))
+    start = dt.datetime(2026, 10, 25, 10, tzinfo=UTC)
+    promotion.add_exclusion(admin(), npu, "outage", start=start, end=start + 2 * HOUR)
+    evaluation = promotion.evaluate_backend(npu).to_dict()
+    assert criterion(evaluation, "job_pass_rate")["n"] == 20
+    assert evaluation["exclusions"][0]["excluded_attempts"] == 11
 
 
 def test_exclusion_needs_a_reason_and_a_window_or_a_job_of_that_backend(outage, frozen_clock):
