@@ -34,11 +34,17 @@ def dispatch_pr(number: int, head: str, backends: list[str], at: dt.datetime) ->
 
 
 def seed_reviewed_pr(clock, *, number: int = PR, head: str = HEAD, trunk: bool = True) -> None:
-    """L4 green on trunk and red on the PR (upstream likely); L2 red on both (broken downstream)."""
+    """L4 green on trunk and red on the PR, corroborated by L2 failing the same test on the
+    head (likely caused by the PR); L2 red on trunk too (already broken on trunk)."""
     history = History(clock)
     if trunk:
         history.backend(L4, Level.L4)
         history.backend(L2, Level.L2)
+        for days in (4, 3):
+            history.job(
+                L4, at=NOW - days * DAY, head=sha(f"trunk-{days}"), event="push",
+                conclusion="success",
+            )  # fmt: skip
         history.job(L4, at=NOW - 2 * DAY, head=TRUNK, event="push", conclusion="success")
         history.job(L2, at=NOW - 2 * DAY, head=TRUNK, event="push", tests=[failed("test_add")])
     dispatch_pr(number, head, [L4, L2], NOW - 3 * dt.timedelta(hours=1))
@@ -81,9 +87,10 @@ def test_pr_page_shows_our_verdict_per_failing_job_with_badge_summary_and_eviden
     ) in body
     assert ours["summary"] in body
     evidence = body.split('data-our-verdict="upstream_likely"', 1)[1].split("</details>", 1)[0]
-    assert "<details" in evidence and "passed_on_reference" in evidence
-    assert f'href="/crcr/commit/{TRUNK}"' in evidence  # the reference SHA
+    assert "<details" in evidence and "new_to_this_pr" in evidence and "strong" in evidence
+    assert "ran on 3 unrelated commits" in evidence
     assert L2 in evidence and "test_ops.TestOps::test_add" in evidence  # other backends
+    assert f'href="/crcr/{L4}/tests/test_ops.TestOps::test_add"' in evidence  # its history
     broken = body.split('data-our-verdict="broken_downstream"', 1)[1].split("</details>", 1)[0]
     assert "Overlapping tests" in broken and "test_ops.TestOps::test_add" in broken
 
@@ -167,10 +174,12 @@ def test_commit_page_shows_verdicts_and_a_bisect_hint_per_failing_backend(client
 
 @pytest.fixture
 def with_infra_failure(reviewed, frozen_clock):
-    """The L2 backend also timed out on a PR: an infra failure the adjusted rate leaves out."""
-    History(frozen_clock).job(
-        L2, at=NOW - DAY, head=sha("infra-pr"), pr=PR + 1, conclusion="timed_out"
-    )
+    """The L2 backend also lost its runner on a PR: an infra signature, left out of the
+    adjusted rate (like its PR failure already broken on trunk), while a timeout stays in."""
+    history = History(frozen_clock)
+    lost = failed("runner", "infra", "runner lost communication with the server")
+    history.job(L2, at=NOW - DAY, head=sha("infra-pr"), pr=PR + 1, tests=[lost])
+    history.job(L2, at=NOW - DAY, head=sha("slow-pr"), pr=PR + 2, conclusion="timed_out")
 
 
 def test_backend_page_shows_the_gate_adjusted_pass_rate_beside_the_raw_one(
@@ -182,12 +191,14 @@ def test_backend_page_shows_the_gate_adjusted_pass_rate_beside_the_raw_one(
 
     assert adjusted.basis == "raw" and adjusted.windows
     window = adjusted.windows[0]
-    assert window["adjusted"].n == window["raw"].n - 1  # the timed-out job is left out
+    assert window["adjusted"].n == window["raw"].n - 2  # the runner loss and broken trunk
     section = body.split('id="adjusted-pass-rate"', 1)[1].split("</div>", 1)[0]
     assert section.index('data-kind="raw"') < section.index('data-kind="adjusted"')
     excluded = section.split('id="adjusted-excluded"', 1)[1]
-    assert "1 job excluded" in excluded and 'data-verdict="infra"' in excluded
-    assert "timed out" in excluded and f'href="/crcr/commit/{sha("infra-pr")}"' in excluded
+    assert "2 jobs excluded" in excluded and 'data-verdict="infra"' in excluded
+    assert 'data-verdict="broken_downstream"' in excluded
+    assert "runner_lost" in excluded and f'href="/crcr/commit/{sha("infra-pr")}"' in excluded
+    assert sha("slow-pr") not in excluded
     assert body.index('id="gate-table"') < body.index('id="adjusted-pass-rate"')
 
 
