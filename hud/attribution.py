@@ -845,16 +845,11 @@ def _judge(
                 "summary": f"not new: every failed test also failed on unrelated commits "
                 f"{_around(policy)} (at least on {weakest['where']})",
             }
-        if seen:
-            new = [t["test"] for t in tests if not t["failed_elsewhere"]]
-            return NEW_FAILURE, {
-                "rule": "partly_new",
-                **cross,
-                "summary": f"{len(new)} of {len(tests)} failed tests are new to this PR "
-                f"{_around(policy)}, the others also fail elsewhere: too mixed to blame the PR",
-            }
-        reproduced = min(t["reproduced"] for t in tests) > 0
+        # The failed tests that also fail elsewhere are explained; the new ones are judged.
+        new = [t for t in tests if not t["failed_elsewhere"]]
+        reproduced = all(t["reproduced"] for t in new)
     else:
+        new = []
         estimate = stats.proportion(
             cross["job_failed_elsewhere"], cross["ran_elsewhere"], min_n=policy.test_min_n
         )
@@ -884,9 +879,17 @@ def _judge(
             "summary": f"not enough evidence yet: this job ran on {cross['ran_elsewhere']} "
             f"unrelated commit(s) {_around(policy)} (fewer than {policy.test_min_n})",
         }
-    others = _other_backends(row, loaded, _test_set(_tests_of(loaded, row["id"])))
+    others = _other_backends(row, loaded, {t["test"] for t in new})
     corroborating = sorted({o["downstream"] for o in others if o["shared_tests"] or not tests})
-    what = "every failed test is new to this PR" if tests else "this job passes elsewhere"
+    if not tests:
+        what = "this job passes elsewhere"
+    elif len(new) == len(tests):
+        what = "every failed test is new to this PR"
+    else:
+        what = (
+            f"{len(new)} of {len(tests)} failed tests are new to this PR (the others also "
+            f"fail on unrelated commits)"
+        )
     base = f"{what}: passed on {cross['ran_elsewhere']} unrelated commits {_around(policy)}"
     if not reproduced and not corroborating:
         return NEW_FAILURE, {
@@ -907,6 +910,7 @@ def _judge(
         "strength": "strong" if corroborating else "moderate",
         "reproduced": reproduced,
         "corroborated_by": corroborating,
+        "new_tests": [t["test"] for t in new],
         "other_backends": others,
         "summary": f"{base}; {'; '.join(strengths)}",
     }

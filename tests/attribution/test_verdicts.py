@@ -158,18 +158,18 @@ def test_a_later_failure_on_trunk_moves_an_earlier_verdict_but_never_before_it_h
     assert before["judged_at"] == (NOW - 2 * HOUR).isoformat()
 
 
-def test_some_new_and_some_known_failed_tests_are_a_new_failure(backends):
+def test_new_tests_beside_ones_failing_elsewhere_are_judged_on_the_new_ones(backends):
     h = backends
     green_elsewhere(h, A)
     h.job(A, at=NOW - DAY, head=sha("other"), pr=7, tests=[failed("test_known")])
-    item = verdict_of(
-        h.job(
-            A, at=NOW - HOUR, head=sha("p"), pr=8, tests=[failed("test_known"), failed("test_new")]
-        )
-    )
-    assert item["verdict"] == attribution.NEW_FAILURE
-    assert item["evidence"]["rule"] == "partly_new"
-    assert "1 of 2 failed tests are new" in item["summary"]
+    both = [failed("test_known"), failed("test_new")]
+    once = verdict_of(h.job(A, at=NOW - 3 * HOUR, head=sha("p1"), pr=8, tests=both))
+    assert once["verdict"] == attribution.NEW_FAILURE
+    assert once["evidence"]["rule"] == "not_reproduced"
+    item = verdict_of(h.job(A, at=NOW - HOUR, head=sha("p2"), pr=8, tests=both))
+    assert item["verdict"] == attribution.UPSTREAM_LIKELY
+    assert item["evidence"]["new_tests"] == ["test_ops.TestOps::test_new"]
+    assert "1 of 2 failed tests are new to this PR" in item["summary"]
 
 
 def test_job_without_failed_tests_failing_on_many_unrelated_commits_is_flaky(backends):
