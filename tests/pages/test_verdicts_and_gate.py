@@ -95,6 +95,46 @@ def test_pr_page_shows_our_verdict_per_failing_job_with_badge_summary_and_eviden
     assert "Overlapping tests" in broken and "test_ops.TestOps::test_add" in broken
 
 
+def test_pr_page_answers_first_one_line_per_failing_job_in_plain_words(
+    client, reviewed, frozen_clock
+):
+    history = History(frozen_clock)  # the reviewed PR plus a backend that passes on it
+    history.backend("acc/green", Level.L3)
+    history.job("acc/green", at=NOW - dt.timedelta(hours=2), head=HEAD, pr=PR, conclusion="success")
+    response = client.get(f"/crcr/pr/{PR}")
+    body = text(response)
+
+    answer = body.split('id="answer"', 1)[1].split("</section>", 1)[0]
+    assert body.index('id="answer"') < body.index('id="gate"') < body.index('id="verdicts"')
+    lines = answer.split("<li data-verdict=")[1:]
+    assert [line.split('"')[1] for line in lines] == ["upstream_likely", "broken_downstream"]
+    assert f'data-backend="{L4}"' in lines[0] and "likely caused by this PR" in lines[0]
+    assert f"{L2} also fail the same test(s) on this SHA" in lines[0]
+    assert f'href="/crcr/{L4}/tests/test_ops.TestOps::test_add"' in lines[0]
+    assert "already broken on trunk" in lines[1] and "judged" in lines[1]
+    passing = answer.split('id="passing-backends"', 1)[1]
+    assert "1 backend passing" in passing and "acc/green" in passing
+    sections = [s.backend.full_name for s in response.context["data"].sections]
+    assert sections == [L4, L2, "acc/green"]  # failing backends first
+
+
+def test_check_runs_table_is_collapsed_when_nothing_was_mirrored(client, db, frozen_clock):
+    history = History(frozen_clock)
+    history.backend(L2, Level.L2)
+    history.job(L2, at=NOW - DAY, head=HEAD, pr=PR, tests=[failed("test_add")])
+    body = text(client.get(f"/crcr/pr/{PR}"))
+    assert '<details class="check-runs-box" id="check-runs-box">' in body
+    assert "(none sent)" in body
+
+
+def test_check_runs_start_open_once_any_was_sent_or_is_being_sent():
+    from hud.pagedata import ResultsPage
+
+    runs = [{"sync": "not_mirrored"}, {"sync": "pending"}]
+    assert ResultsPage([], [], check_runs=runs).any_mirrored
+    assert not ResultsPage([], [], check_runs=runs[:1]).any_mirrored
+
+
 def test_pr_page_shows_the_self_reported_triage_beside_ours_labelled_advisory(client, reviewed):
     body = text(client.get(f"/crcr/pr/{PR}"))
 
@@ -152,6 +192,8 @@ def test_pr_page_lists_mirrored_check_runs_with_why_not_mirrored(client, reviewe
     assert table.count("<tr data-sync=") == 3
     assert f"crcr/{L4}/crcr/test-ops" in table
     assert "not mirrored because L2: check runs start at L3" in table
+    # No GitHub App here: nothing was sent, so the table is there but starts collapsed.
+    assert '<details class="check-runs-box" id="check-runs-box">' in body
 
 
 def test_commit_page_shows_verdicts_and_a_bisect_hint_per_failing_backend(client, reviewed):
