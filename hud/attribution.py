@@ -246,6 +246,31 @@ def failed_test_id(classname: str, name: str) -> str:
     return f"{classname}::{name}" if classname else name
 
 
+# What varies between runs of the same failure, most specific first: ids, addresses, paths,
+# numbers. What is left is the failure's signature (the way LUCI Analysis clusters reasons).
+_SIGNATURE_NOISE = (
+    (
+        re.compile(
+            r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
+        ),
+        "<id>",
+    ),
+    (re.compile(r"0[xX][0-9a-fA-F]+"), "<addr>"),
+    (re.compile(r"\b(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{7,}\b"), "<id>"),
+    (re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.@-]+){2,}[\\/]?"), "<path>"),
+    (re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"), "N"),
+    (re.compile(r"\s+"), " "),
+)
+
+
+def failure_signature(message: str) -> str:
+    """A failure message with numbers, addresses, paths and ids stripped (first 300 chars)."""
+    text = (message or "")[:2000]
+    for pattern, replacement in _SIGNATURE_NOISE:
+        text = pattern.sub(replacement, text)
+    return text.strip()[:300]
+
+
 def split_failed_test_id(identifier: str) -> tuple[str, str]:
     """(classname, name) of a test id made by `failed_test_id`."""
     classname, sep, name = identifier.rpartition("::")
@@ -496,6 +521,7 @@ def _cross_commit_rows(
             "job__pr_number",
             "job__event_type",
             "job__placed_at",
+            "message",
         )
         .distinct()
     ):
@@ -778,7 +804,11 @@ def _cross_commit(row: dict, loaded: _Loaded, policy: AttributionPolicy) -> dict
         if origin_of(r["pr_number"], r["event_type"], r["head_sha"]) == mine
     )
     tests = []
-    for test in sorted(_test_set(_tests_of(loaded, row["id"]))):
+    signatures: dict[str, set[str]] = defaultdict(set)
+    for failed in _tests_of(loaded, row["id"]):
+        test_id = failed_test_id(failed["classname"], failed["name"])
+        signatures[test_id].add(failure_signature(failed["message"]))
+    for test in sorted(signatures):
         failures = [
             f
             for f in loaded.test_failures.get((row["downstream_id"], test), [])
@@ -794,11 +824,18 @@ def _cross_commit(row: dict, loaded: _Loaded, policy: AttributionPolicy) -> dict
             if f["job_id"] != row["id"]
             and origin_of(f["job__pr_number"], f["job__event_type"], f["job__head_sha"]) == mine
         )
+        same_way = {
+            origin_of(f["job__pr_number"], f["job__event_type"], f["job__head_sha"])
+            for f in failures
+            if failure_signature(f["message"]) in signatures[test]
+        } - {mine}
         runs_elsewhere = len(ran | elsewhere)
         tests.append(
             {
                 "test": test,
+                "signature": sorted(signatures[test])[0],
                 "failed_elsewhere": len(elsewhere),
+                "failed_elsewhere_same_way": len(same_way),
                 "where": _where(elsewhere),
                 "ran_elsewhere": runs_elsewhere,
                 "estimate": stats.proportion(
@@ -843,7 +880,8 @@ def _judge(
                 "rule": "failed_on_unrelated_commits",
                 **cross,
                 "summary": f"not new: every failed test also failed on unrelated commits "
-                f"{_around(policy)} (at least on {weakest['where']})",
+                f"{_around(policy)} (at least on {weakest['where']}; "
+                f"{weakest['failed_elsewhere_same_way']} with the same failure signature)",
             }
         # The failed tests that also fail elsewhere are explained; the new ones are judged.
         new = [t for t in tests if not t["failed_elsewhere"]]

@@ -119,25 +119,62 @@ def test_new_to_the_pr_but_seen_once_is_a_new_failure_said_as_such(backends):
     assert "not yet reproduced" in item["summary"]
 
 
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ("Mismatched elements: 3 / 64 (4.7%)", "Mismatched elements: 12 / 64 (18.75%)"),
+        ("segfault at 0x7f3a12bc in worker 4", "segfault at 0x55d0 in worker 17"),
+        (
+            "FileNotFoundError: /tmp/pytest-of-ci/pytest-3/test_x0/model.pt",
+            "FileNotFoundError: /tmp/pytest-of-runner/pytest-12/test_x1/model.pt",
+        ),
+        (
+            "job 4f9a1c2e7b3d failed (request 123e4567-e89b-12d3-a456-426614174000)",
+            "job 0a1b2c3d4e5f failed (request 00000000-1111-2222-3333-444444444444)",
+        ),
+        ("Expected 0.0 but got 1.2e-05", "Expected 0.0 but got -3.5E-07"),
+    ],
+)
+def test_failure_signature_strips_what_varies_between_runs(one, other):
+    assert attribution.failure_signature(one) == attribution.failure_signature(other)
+
+
+def test_failure_signature_keeps_what_names_the_failure():
+    assert attribution.failure_signature("RuntimeError: device not found") != (
+        attribution.failure_signature("RuntimeError: out of memory")
+    )
+    assert attribution.failure_signature("AssertionError:\n  1 != 2") == "AssertionError: N != N"
+
+
 def test_flaky_when_the_failed_test_fails_on_other_prs_and_trunk_without_reruns(backends):
     h = backends
     green_elsewhere(h, C)
-    resnet = [failed("test_resnet", "models.TestResNet", "loss diverged at step 0x7f3a")]
+
+    def resnet(address: int) -> list[dict]:
+        message = f"loss diverged at step {hex(address)}"
+        return [failed("test_resnet", "models.TestResNet", message)]
+
     for index in range(2):
         h.job(
-            C, at=NOW - (index + 1) * DAY, head=sha(f"other-{index}"), pr=100 + index, tests=resnet
+            C,
+            at=NOW - (index + 1) * DAY,
+            head=sha(f"other-{index}"),
+            pr=100 + index,
+            tests=resnet(index + 7),
         )
-    h.job(C, at=NOW - 30 * HOUR, head=sha("trunk-red"), event="push", tests=resnet)
+    h.job(C, at=NOW - 30 * HOUR, head=sha("trunk-red"), event="push", tests=resnet(99))
     h.job(C, at=NOW - 5 * HOUR, head=sha("trunk-c"), event="push", conclusion="success")
-    item = verdict_of(h.job(C, at=NOW - HOUR, head=sha("pr-c"), pr=110, tests=resnet))
+    item = verdict_of(h.job(C, at=NOW - HOUR, head=sha("pr-c"), pr=110, tests=resnet(0x7F3A)))
     assert item["verdict"] == attribution.FLAKY
     evidence = item["evidence"]
     assert evidence["rule"] == "failed_on_unrelated_commits"
     (test,) = evidence["tests"]
     assert test["test"] == "models.TestResNet::test_resnet"
     assert test["failed_elsewhere"] == 3 and test["ran_elsewhere"] == 8
+    assert test["failed_elsewhere_same_way"] == 3  # the addresses differ, the signature not
+    assert test["signature"] == "loss diverged at step <addr>"
     assert test["estimate"]["value"] == pytest.approx(3 / 8)
-    assert "2 other PRs and 1 trunk push" in item["summary"]
+    assert "2 other PRs and 1 trunk push; 3 with the same failure signature" in item["summary"]
 
 
 def test_a_later_failure_on_trunk_moves_an_earlier_verdict_but_never_before_it_happened(
