@@ -756,10 +756,11 @@ def _broken_downstream(row: dict, loaded: _Loaded, policy: AttributionPolicy) ->
     return None
 
 
-def _in_window(row: dict, moment: Any, policy: AttributionPolicy) -> bool:
-    window = pd.Timedelta(days=policy.test_window_days)
-    placed = pd.Timestamp(row["placed_at"])
-    return placed - window <= pd.Timestamp(moment) < placed + window
+def _window_of(row: dict, policy: AttributionPolicy) -> tuple[dt.datetime, dt.datetime]:
+    """[start, end) of a judged job's evidence window, as plain datetimes (compared often)."""
+    placed = _moment(row["placed_at"])
+    window = dt.timedelta(days=policy.test_window_days)
+    return placed - window, placed + window
 
 
 ORIGIN_WORDS = {
@@ -787,12 +788,13 @@ def _cross_commit(row: dict, loaded: _Loaded, policy: AttributionPolicy) -> dict
     """This job's evidence across commits: per failed test, the unrelated origins it failed on
     in the window and its reproductions on this origin; the job's own runs elsewhere."""
     mine = origin_of(row["pr_number"], row["event_type"], row["head_sha"])
+    start, end = _window_of(row, policy)
     runs = [
         run
         for run in loaded.runs.get(
             (row["downstream_id"], row["workflow_name"], row["job_name"]), []
         )
-        if _in_window(row, run["last"], policy)
+        if start <= run["last"] < end
     ]
     ran = {origin_of(r["pr_number"], r["event_type"], r["head_sha"]) for r in runs} - {mine}
     job_failed = {
@@ -812,7 +814,7 @@ def _cross_commit(row: dict, loaded: _Loaded, policy: AttributionPolicy) -> dict
         failures = [
             f
             for f in loaded.test_failures.get((row["downstream_id"], test), [])
-            if _in_window(row, f["job__placed_at"], policy)
+            if start <= f["job__placed_at"] < end
         ]
         elsewhere = {
             origin_of(f["job__pr_number"], f["job__event_type"], f["job__head_sha"])
