@@ -130,6 +130,34 @@ def test_gate_adjusted_pass_rate_excludes_only_evidence_backed_causes_and_lists_
     assert raw.n == 13
 
 
+def test_gate_adjusted_rate_reads_nothing_after_as_of(history):
+    h = history
+    for repo in (A, B):
+        h.backend(repo)
+    for index in range(4):
+        h.job(
+            A,
+            at=NOW - (index + 3) * DAY,
+            head=sha(f"g{index}"),
+            pr=600 + index,
+            conclusion="success",
+        )
+    h.job(B, at=NOW - 2 * DAY, head=sha("up"), pr=700, tests=[failed("test_add", "TestSpyre")])
+    upstream = h.job(A, at=NOW - 2 * DAY, head=sha("up"), pr=700, tests=[failed("test_add")])
+    as_of = NOW - DAY
+    # After as_of the same test fails on trunk: a later evaluation no longer blames the PR,
+    # the evaluation at as_of must not know it yet.
+    h.job(A, at=NOW - HOUR, head=sha("trunk-later"), event="push", tests=[failed("test_add")])
+    backend = Downstream.objects.get(full_name=A)
+
+    def excluded(at) -> set[int]:
+        adjusted = promotion.evaluate_backend(backend, as_of=at).to_dict()["adjusted_pass_rate"]
+        return {item["job_id"] for item in adjusted["excluded"]}
+
+    assert excluded(as_of) == {upstream}
+    assert excluded(NOW) == set()
+
+
 def test_policy_can_make_the_gate_decide_on_the_adjusted_rate(history, tmp_path, settings):
     from hud import gates
 
