@@ -134,14 +134,7 @@ def test_gate_adjusted_rate_reads_nothing_after_as_of(history):
     h = history
     for repo in (A, B):
         h.backend(repo)
-    for index in range(4):
-        h.job(
-            A,
-            at=NOW - (index + 3) * DAY,
-            head=sha(f"g{index}"),
-            pr=600 + index,
-            conclusion="success",
-        )
+    h.passes_elsewhere(A)
     h.job(B, at=NOW - 2 * DAY, head=sha("up"), pr=700, tests=[failed("test_add", "TestSpyre")])
     upstream = h.job(A, at=NOW - 2 * DAY, head=sha("up"), pr=700, tests=[failed("test_add")])
     as_of = NOW - DAY

@@ -52,24 +52,11 @@ def test_latest_nightly_failing_the_same_tests_is_broken_downstream(backends):
     assert item["evidence"]["reference"]["head_sha"] == nightly
 
 
-def green_elsewhere(h, repo: str, count: int = 4, job: str = "test-ops") -> None:
-    """`count` green trunk pushes of `job` in the days before: enough runs to judge on."""
-    for index in range(count):
-        h.job(
-            repo,
-            at=NOW - (index + 2) * DAY,
-            head=sha(f"green-{repo}-{job}-{index}"),
-            event="push",
-            job=job,
-            conclusion="success",
-        )
-
-
 def test_upstream_break_on_two_backends_is_likely_caused_by_the_pr_and_strong(backends):
     h = backends
     head = sha("pr-breaks")
     for repo in (A, B):
-        green_elsewhere(h, repo)
+        h.passes_elsewhere(repo)
     a = h.job(
         A,
         at=NOW - HOUR,
@@ -95,7 +82,7 @@ def test_upstream_break_on_two_backends_is_likely_caused_by_the_pr_and_strong(ba
 
 def test_new_to_the_pr_and_reproduced_on_its_next_commit_is_moderate(backends):
     h = backends
-    green_elsewhere(h, A)
+    h.passes_elsewhere(A)
     # Another backend fails on the SHA, but with unrelated tests: not corroborating.
     h.job(B, at=NOW - HOUR, head=sha("p2"), pr=4, tests=[failed("test_other", "Other")])
     first = h.job(A, at=NOW - 3 * HOUR, head=sha("p1"), pr=4, tests=[failed("test_add")])
@@ -112,7 +99,7 @@ def test_new_to_the_pr_and_reproduced_on_its_next_commit_is_moderate(backends):
 
 def test_new_to_the_pr_but_seen_once_is_a_new_failure_said_as_such(backends):
     h = backends
-    green_elsewhere(h, A)
+    h.passes_elsewhere(A)
     item = verdict_of(h.job(A, at=NOW - HOUR, head=sha("p"), pr=5, tests=[failed("test_add")]))
     assert item["verdict"] == attribution.NEW_FAILURE
     assert item["evidence"]["rule"] == "not_reproduced"
@@ -148,7 +135,7 @@ def test_failure_signature_keeps_what_names_the_failure():
 
 def test_flaky_when_the_failed_test_fails_on_other_prs_and_trunk_without_reruns(backends):
     h = backends
-    green_elsewhere(h, C)
+    h.passes_elsewhere(C)
 
     def resnet(address: int) -> list[dict]:
         message = f"loss diverged at step {hex(address)}"
@@ -181,7 +168,7 @@ def test_a_later_failure_on_trunk_moves_an_earlier_verdict_but_never_before_it_h
     backends,
 ):
     h = backends
-    green_elsewhere(h, A)
+    h.passes_elsewhere(A)
     h.job(A, at=NOW - 6 * HOUR, head=sha("v1"), pr=6, tests=[failed("test_add")])
     job_id = h.job(A, at=NOW - 5 * HOUR, head=sha("v2"), pr=6, tests=[failed("test_add")])
     assert verdict_of(job_id)["verdict"] == attribution.UPSTREAM_LIKELY
@@ -197,7 +184,7 @@ def test_a_later_failure_on_trunk_moves_an_earlier_verdict_but_never_before_it_h
 
 def test_new_tests_beside_ones_failing_elsewhere_are_judged_on_the_new_ones(backends):
     h = backends
-    green_elsewhere(h, A)
+    h.passes_elsewhere(A)
     h.job(A, at=NOW - DAY, head=sha("other"), pr=7, tests=[failed("test_known")])
     both = [failed("test_known"), failed("test_new")]
     once = verdict_of(h.job(A, at=NOW - 3 * HOUR, head=sha("p1"), pr=8, tests=both))
@@ -229,7 +216,7 @@ def test_job_without_failed_tests_failing_on_many_unrelated_commits_is_flaky(bac
 
 def test_job_without_failed_tests_new_to_the_pr_and_retried_is_likely_caused_by_it(backends):
     h = backends
-    green_elsewhere(h, A, job="build")
+    h.passes_elsewhere(A, job="build")
     h.job(A, at=NOW - 2 * HOUR, head=sha("p"), pr=10, job="build", run_id=5, counts={})
     item = verdict_of(
         h.job(A, at=NOW - HOUR, head=sha("p"), pr=10, job="build", run_id=5, attempt=2, counts={})

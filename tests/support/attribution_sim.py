@@ -30,7 +30,6 @@ from hud.payload import parse_callback
 from tests.support import builders
 
 BACKENDS = ("sim/npu", "sim/spyre")
-UPSTREAM = {"full_name": "pytorch/pytorch"}
 RUNNER_LOST = "runner lost communication with the server (ConnectionResetError)"
 # Truth of a failing PR job: the PR broke it; or not the PR: flaky, infra, broken trunk.
 PR_CAUSED, FLAKY, INFRA, TRUNK = "pr", "flaky", "infra", "trunk"
@@ -106,13 +105,7 @@ class _Writer:
         run_id: int,
         attempt: int = 1,
     ) -> int:
-        if event == "pull_request":
-            payload, delivery = builders.pr_payload(pr, head), f"sim-pr-{pr}-{head[:8]}"
-        elif event == "push":
-            payload = {"ref": "refs/heads/main", "after": head, "repository": UPSTREAM}
-            delivery = f"sim-push-{head[:8]}"
-        else:
-            payload, delivery = {"repository": UPSTREAM, "head_sha": head}, f"sim-n-{head[:8]}"
+        payload, delivery = builders.upstream_event(event, head, pr, prefix="sim")
         infra = any(t["classname"] == "infra" for t in failed)
         counts = {"passed": 0 if infra else 500, "failed": len(failed), "skipped": 3}
         counts["total"] = counts["passed"] + counts["failed"] + counts["skipped"]
