@@ -15,9 +15,10 @@ in order and the first that matches wins; docs/attribution.md states and justifi
                      backend in the window (trunk, nightlies, other PRs; before and after);
                      for a job without failed tests, its failure rate on unrelated commits;
 5. upstream_likely   ("likely caused by this PR") every failed test is new to this PR in the
-                     window, the job ran elsewhere enough to say so, and the failure was
-                     reproduced (another attempt or commit of the PR) or corroborated (another
-                     backend fails the same test on the SHA: "strong");
+                     window or explained by failing elsewhere, at least one is new, the job ran
+                     elsewhere enough to say so, and the new ones were reproduced (another
+                     attempt or commit of the PR) or corroborated (another backend fails the
+                     same test on the SHA: "strong");
 6. new_failure       anything else: thin, mixed or unreproduced evidence (said so).
 
 Every verdict carries its evidence. The backend's self-reported `triage_verdict` travels beside
