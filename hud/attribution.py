@@ -1,22 +1,29 @@
-"""Failure attribution (issue 7): "is this my fault?" answered from stored data.
+"""Failure attribution: "is this my fault?" answered from stored data, across commits.
 
 A *verdict* is computed per logical job (hud.stats.LOGICAL_JOB_KEY: backend, event type, head
-SHA, workflow, job name) on its latest attempt when that attempt did not succeed. The rules are
-tried in order and the first that matches wins; docs/attribution.md states each precisely:
+SHA, workflow, job name) on its latest attempt when that attempt did not succeed, on read, from
+the evidence stored up to the moment of the read (or the gate's `as_of`): a verdict therefore
+moves as soon as its evidence does, and carries the moment it was judged. The rules are tried
+in order and the first that matches wins; docs/attribution.md states and justifies each:
 
-1. flaky             an earlier attempt of the same logical job succeeded, or every failed
-                     test is known flaky for this backend (test-level flake rate, policy bound);
+1. flaky             an earlier attempt of the same logical job succeeded;
 2. infra             timed out; cancelled and not superseded; no tests ran; or an infra
                      signature (hud/infra_signatures.yml) matches;
 3. broken_downstream the same job already failed, with overlapping failed tests, on the nearest
                      earlier trunk result or the latest earlier nightly (another head SHA);
-4. upstream_likely   the nearest of those references passed; "strong" when other backends
-                     fail on the same SHA with tests of the same class or name;
-5. new_failure       anything else, including when no reference exists (said so).
+4. flaky             (pre-existing) every failed test also failed on unrelated commits of this
+                     backend in the window (trunk, nightlies, other PRs; before and after);
+                     for a job without failed tests, its failure rate on unrelated commits;
+5. upstream_likely   ("likely caused by this PR") every failed test is new to this PR in the
+                     window or explained by failing elsewhere, at least one is new, the job ran
+                     elsewhere enough to say so, and the new ones were reproduced (another
+                     attempt or commit of the PR) or corroborated (another backend fails the
+                     same test on the SHA: "strong");
+6. new_failure       anything else: thin, mixed or unreproduced evidence (said so).
 
 Every verdict carries its evidence. The backend's self-reported `triage_verdict` travels beside
 ours as `advisory` and never changes it. Reads are bulk: a handful of queries per call,
-whatever the number of jobs, and every reference lookup is bounded in time.
+whatever the number of jobs, and every evidence read is bounded in time.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from typing import Any
 import pandas as pd
 import yaml
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Count, Max, Q
 
 from hud import clock, gates, selectors, stats
 from hud.models import FailedTest, Job
@@ -44,18 +51,40 @@ BROKEN_DOWNSTREAM = "broken_downstream"
 UPSTREAM_LIKELY = "upstream_likely"
 NEW_FAILURE = "new_failure"
 VERDICTS = (FLAKY, INFRA, BROKEN_DOWNSTREAM, UPSTREAM_LIKELY, NEW_FAILURE)
-# Failures the gate-adjusted pass rate leaves out: not the backend's doing.
-GATE_EXCLUDED = (UPSTREAM_LIKELY, INFRA)
+# Verdicts whose failures the gate-adjusted pass rate may leave out, and only on the evidence
+# `excluded_from_gate` asks for: an isolated failure is never enough.
+GATE_EXCLUDED = (UPSTREAM_LIKELY, INFRA, BROKEN_DOWNSTREAM)
 JUDGED_OUTCOMES = (stats.FAILURE, stats.TIMED_OUT, stats.CANCELLED)
 REFERENCE_OUTCOMES = (stats.SUCCESS, stats.FAILURE)
 
 # (css status class from static/hud/hud.css, symbol, word, meaning): never colour alone.
+# The API values above stay stable; these words are what a reviewer reads.
 BADGES: dict[str, tuple[str, str, str, str]] = {
-    FLAKY: ("in_progress", "≈", "flaky", "passed on another attempt, or only known-flaky tests"),
-    INFRA: ("timed_out", "⚙", "infra", "the runner or infrastructure, not the code"),
-    BROKEN_DOWNSTREAM: ("failure", "✗", "broken downstream", "already failing on trunk/nightly"),
-    UPSTREAM_LIKELY: ("stuck", "↑", "upstream likely", "green on trunk/nightly, red here"),
-    NEW_FAILURE: ("failure", "!", "new failure", "no rule explains it"),
+    FLAKY: (
+        "in_progress",
+        "≈",
+        "not this PR: flaky or failing elsewhere",
+        "passed on re-run, or the same tests fail on unrelated commits",
+    ),
+    INFRA: ("timed_out", "⚙", "infrastructure", "the runner or infrastructure, not the code"),
+    BROKEN_DOWNSTREAM: (
+        "failure",
+        "✗",
+        "already broken on trunk",
+        "the same tests fail on the nearest trunk/nightly",
+    ),
+    UPSTREAM_LIKELY: (
+        "stuck",
+        "↑",
+        "likely caused by this PR",
+        "new to this PR, reproduced or seen on another backend",
+    ),
+    NEW_FAILURE: (
+        "failure",
+        "!",
+        "new failure: not enough evidence yet",
+        "not seen elsewhere, but not reproduced either",
+    ),
 }
 DEFAULT_SIGNATURES_PATH = Path(__file__).with_name("infra_signatures.yml")
 SIGNATURE_FIELDS = ("conclusion", "tests", "message", "verdict_category")
@@ -82,7 +111,7 @@ class AttributionPolicy:
     """Thresholds of attribution: the `attribution:` block of the gate policy file."""
 
     flaky_test_threshold: float = 0.10
-    quarantine_threshold: float = 0.20
+    quarantine_threshold: float = 0.02
     test_min_n: int = 3
     decide_on: str = "bound"
     test_window_days: int = 14
@@ -217,6 +246,31 @@ def failed_test_id(classname: str, name: str) -> str:
     return f"{classname}::{name}" if classname else name
 
 
+# What varies between runs of the same failure, most specific first: ids, addresses, paths,
+# numbers. What is left is the failure's signature (the way LUCI Analysis clusters reasons).
+_SIGNATURE_NOISE = (
+    (
+        re.compile(
+            r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
+        ),
+        "<id>",
+    ),
+    (re.compile(r"0[xX][0-9a-fA-F]+"), "<addr>"),
+    (re.compile(r"\b(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{7,}\b"), "<id>"),
+    (re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.@-]+){2,}[\\/]?"), "<path>"),
+    (re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"), "N"),
+    (re.compile(r"\s+"), " "),
+)
+
+
+def failure_signature(message: str) -> str:
+    """A failure message with numbers, addresses, paths and ids stripped (first 300 chars)."""
+    text = (message or "")[:2000]
+    for pattern, replacement in _SIGNATURE_NOISE:
+        text = pattern.sub(replacement, text)
+    return text.strip()[:300]
+
+
 def split_failed_test_id(identifier: str) -> tuple[str, str]:
     """(classname, name) of a test id made by `failed_test_id`."""
     classname, sep, name = identifier.rpartition("::")
@@ -273,12 +327,18 @@ def _ref_summary(row: Mapping[str, Any], kind: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- test flake rates
 
 
+def origin_of(pr_number: int, event_type: str, head_sha: str) -> str:
+    """What makes two failures unrelated: a PR (every commit of it), else the commit itself."""
+    return f"pr#{pr_number}" if pr_number else f"{event_type}:{head_sha}"
+
+
 @dataclass(frozen=True)
 class FlakeRecord:
-    """A test's flake rate on one backend: logical jobs where it failed, and those that flaked."""
+    """A test's failure rate on unrelated commits of one backend, and its re-runs that passed."""
 
     test: str
     failed_in: int
+    ran_in: int
     flaked_in: int
     estimate: stats.Estimate
     examples: tuple[dict[str, Any], ...]
@@ -288,6 +348,7 @@ class FlakeRecord:
         return {
             "test": self.test,
             "failed_in": self.failed_in,
+            "ran_in": self.ran_in,
             "flaked_in": self.flaked_in,
             "estimate": self.estimate.to_dict(),
             "examples": list(self.examples[-5:]),
@@ -297,17 +358,22 @@ class FlakeRecord:
 def _flake_table(
     failures: list[dict[str, Any]],
     successes: list[dict[str, Any]],
+    runs: Mapping[tuple[int, str], set[str]],
     policy: AttributionPolicy,
 ) -> dict[tuple[int, str], FlakeRecord]:
-    """Per (downstream id, test id): failed on an attempt, a later attempt of it succeeded."""
+    """Per (downstream id, test id): unrelated commits it failed on ÷ those its jobs ran on.
+
+    A commit is an origin (`origin_of`): a PR counts once however many commits it pushed, so a
+    PR that truly breaks a test adds one failure, while a flaky test fails on many origins.
+    """
     success_orders: dict[tuple, list[tuple[int, int, int]]] = defaultdict(list)
     for row in successes:
         key = (row["downstream_id"], row["event_type"], row["head_sha"], row["workflow_name"])
         success_orders[(*key, row["job_name"])].append(
             (row["run_id"], row["run_attempt"], row["id"])
         )
-    failed_in: dict[tuple[int, str], set[tuple]] = defaultdict(set)
-    flaked_in: dict[tuple[int, str], dict[tuple, dict[str, Any]]] = defaultdict(dict)
+    failed_in: dict[tuple[int, str], dict[str, dict[str, Any]]] = defaultdict(dict)
+    job_names: dict[tuple[int, str], set[str]] = defaultdict(set)
     for row in failures:
         logical = (
             row["job__downstream_id"],
@@ -317,43 +383,32 @@ def _flake_table(
             row["job__job_name"],
         )
         test = (row["job__downstream_id"], failed_test_id(row["classname"], row["name"]))
-        failed_in[test].add(logical)
+        job_names[test].add(row["job__job_name"])
+        origin = origin_of(row["job__pr_number"], row["job__event_type"], row["job__head_sha"])
         order = (row["job__run_id"], row["job__run_attempt"], row["job_id"])
         later = [s for s in success_orders.get(logical, []) if s > order]
-        if later and logical not in flaked_in[test]:
-            flaked_in[test][logical] = {
+        example = failed_in[test].get(origin)
+        if example is None or (later and not example["rerun_passed"]):
+            failed_in[test][origin] = {
                 "head_sha": logical[2],
                 "event_type": logical[1],
+                "pr_number": row["job__pr_number"],
                 "job": f"{logical[3]}/{logical[4]}",
                 "failed_job_id": row["job_id"],
                 "failed_attempt": row["job__run_attempt"],
-                "succeeded_job_id": min(later)[2],
-                "succeeded_attempt": min(later)[1],
+                "rerun_passed": bool(later),
+                "succeeded_attempt": min(later)[1] if later else None,
             }
     table = {}
-    for test, logicals in failed_in.items():
-        flaked = flaked_in.get(test, {})
-        estimate = stats.proportion(len(flaked), len(logicals), min_n=policy.test_min_n)
-        examples = tuple(sorted(flaked.values(), key=lambda e: e["failed_job_id"]))
-        table[test] = FlakeRecord(test[1], len(logicals), len(flaked), estimate, examples)
+    for test, by_origin in failed_in.items():
+        ran = set(by_origin)
+        for job_name in job_names[test]:
+            ran |= runs.get((test[0], job_name), set())
+        estimate = stats.proportion(len(by_origin), len(ran), min_n=policy.test_min_n)
+        examples = tuple(sorted(by_origin.values(), key=lambda e: e["failed_job_id"]))
+        flaked = sum(1 for e in examples if e["rerun_passed"])
+        table[test] = FlakeRecord(test[1], len(by_origin), len(ran), flaked, estimate, examples)
     return table
-
-
-def _failure_rows(queryset) -> list[dict[str, Any]]:
-    return list(
-        queryset.values(
-            "job_id",
-            "classname",
-            "name",
-            "job__downstream_id",
-            "job__event_type",
-            "job__head_sha",
-            "job__workflow_name",
-            "job__job_name",
-            "job__run_id",
-            "job__run_attempt",
-        )
-    )
 
 
 def _success_rows(failures: list[dict[str, Any]], start: dt.datetime, end: dt.datetime) -> list:
@@ -367,7 +422,7 @@ def _success_rows(failures: list[dict[str, Any]], start: dt.datetime, end: dt.da
             status=Job.Status.COMPLETED,
             conclusion=Job.Conclusion.SUCCESS,
             placed_at__gte=start,
-            placed_at__lt=end + stats.DEFAULT_STUCK_AFTER,
+            placed_at__lt=end,
         ).values(
             "id",
             "downstream_id",
@@ -381,24 +436,26 @@ def _success_rows(failures: list[dict[str, Any]], start: dt.datetime, end: dt.da
     )
 
 
-def failed_test_flake_rates(
-    downstream_ids: Iterable[int],
-    names: Iterable[str] | None,
-    start: dt.datetime,
-    end: dt.datetime,
-    policy: AttributionPolicy | None = None,
-) -> dict[tuple[int, str], FlakeRecord]:
-    """Test-level flake rates of backends over [start, end) (two queries; `names` narrows)."""
-    policy = policy or load_attribution_policy()
-    queryset = FailedTest.objects.filter(
-        job__downstream_id__in=list(downstream_ids),
-        job__placed_at__gte=start,
-        job__placed_at__lt=end,
-    )
-    if names is not None:
-        queryset = queryset.filter(name__in=list(set(names)))
-    failures = _failure_rows(queryset)
-    return _flake_table(failures, _success_rows(failures, start, end), policy)
+def _run_origins(
+    failures: list[dict[str, Any]], start: dt.datetime, end: dt.datetime
+) -> dict[tuple[int, str], set[str]]:
+    """Per (downstream id, job name) of `failures`: the origins that job ran on (one query)."""
+    if not failures:
+        return {}
+    out: dict[tuple[int, str], set[str]] = defaultdict(set)
+    for downstream_id, job_name, pr_number, event_type, head_sha in (
+        Job.objects.filter(
+            downstream_id__in={f["job__downstream_id"] for f in failures},
+            job_name__in={f["job__job_name"] for f in failures},
+            status=Job.Status.COMPLETED,
+            placed_at__gte=start,
+            placed_at__lt=end,
+        )
+        .values_list("downstream_id", "job_name", "pr_number", "event_type", "head_sha")
+        .distinct()
+    ):
+        out[(downstream_id, job_name)].add(origin_of(pr_number, event_type, head_sha))
+    return out
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -413,9 +470,13 @@ class _Loaded:
     rows_by_id: dict[int, dict[str, Any]]
     tests_by_job: dict[int, list[dict[str, Any]]]
     references: dict[tuple[str, str, str], list[dict[str, Any]]]
-    flakes: dict[tuple[int, str], FlakeRecord]
     failing_by_sha: dict[str, list[dict[str, Any]]]
     successes: dict[LogicalKey, list[dict[str, Any]]]
+    # Cross-commit evidence: failures of the judged tests on this backend in the window, per
+    # (downstream id, test id); and the window's runs of the judged jobs, one row per head SHA.
+    test_failures: dict[tuple[int, str], list[dict[str, Any]]]
+    runs: dict[tuple[int, str, str], list[dict[str, Any]]]
+    judged_at: dt.datetime
 
 
 def _latest_map(rows: list[dict[str, Any]]) -> tuple[pd.DataFrame, dict[LogicalKey, dict]]:
@@ -429,13 +490,68 @@ def _latest_map(rows: list[dict[str, Any]]) -> tuple[pd.DataFrame, dict[LogicalK
     return attempts, out
 
 
+def _moment(value: Any) -> dt.datetime:
+    return pd.Timestamp(value).to_pydatetime()
+
+
+def _cross_commit_rows(
+    judged: list[dict[str, Any]], policy: AttributionPolicy, judged_at: dt.datetime
+) -> tuple[dict[tuple[int, str], list[dict]], dict[tuple[int, str, str], list[dict]]]:
+    """Two aggregate reads over the judged jobs' window (before and after, never past
+    `judged_at`): every failure of their tests on their backends, and their jobs' runs."""
+    if not judged:
+        return {}, {}
+    window = dt.timedelta(days=policy.test_window_days)
+    start = min(_moment(row["placed_at"]) for row in judged) - window
+    end = min(max(_moment(row["placed_at"]) for row in judged) + window, judged_at)
+    backends = {row["downstream_id"] for row in judged}
+    in_window = Q(placed_at__gte=start, placed_at__lt=end, downstream_id__in=backends)
+    # The judged jobs' test names as a subquery: the parameter count stays bounded by the
+    # judged jobs, never by the failed tests of every other job.
+    names = FailedTest.objects.filter(job_id__in=[row["id"] for row in judged]).values("name")
+    failures: dict[tuple[int, str], list[dict]] = defaultdict(list)
+    for row in (
+        FailedTest.objects.filter(job__in=Job.objects.filter(in_window), name__in=names)
+        .values(
+            "classname",
+            "name",
+            "job_id",
+            "job__downstream_id",
+            "job__head_sha",
+            "job__pr_number",
+            "job__event_type",
+            "job__placed_at",
+            "message",
+        )
+        .distinct()
+    ):
+        test = failed_test_id(row["classname"], row["name"])
+        failures[(row["job__downstream_id"], test)].append(row)
+    runs: dict[tuple[int, str, str], list[dict]] = defaultdict(list)
+    for row in (
+        Job.objects.filter(
+            in_window,
+            status=Job.Status.COMPLETED,
+            job_name__in={row["job_name"] for row in judged},
+        )
+        .values("downstream_id", "workflow_name", "job_name", "head_sha", "pr_number", "event_type")
+        .annotate(
+            last=Max("placed_at"),
+            failed=Count("id", filter=Q(conclusion=Job.Conclusion.FAILURE)),
+        )
+    ):
+        runs[(row["downstream_id"], row["workflow_name"], row["job_name"])].append(row)
+    return failures, runs
+
+
 def _load(
     keys: set[LogicalKey],
     policy: AttributionPolicy,
     until: dt.datetime | None,
 ) -> _Loaded:
-    """Bulk-load attempts, failed tests, references and flake rates for `keys`."""
+    """Bulk-load attempts, failed tests, references and cross-commit evidence for `keys`."""
     shas = {key[2] for key in keys}
+    judged_at = until or clock.now()
     bound = Q(placed_at__lt=until) if until is not None else Q()
     # 1. Every attempt on these SHAs (all backends: the cross-backend evidence) and of the
     #    PRs they belong to (what decides whether a cancel was superseded).
@@ -463,8 +579,8 @@ def _load(
                 Q(event_type="push", ref=stats.TRUNK_REF) | Q(event_type="nightly"),
                 downstream__full_name__in={row["downstream"] for row in judged},
                 job_name__in={row["job_name"] for row in judged},
-                placed_at__gte=pd.Timestamp(earliest).to_pydatetime() - lookback,
-                placed_at__lt=pd.Timestamp(latest_time).to_pydatetime(),
+                placed_at__gte=_moment(earliest) - lookback,
+                placed_at__lt=_moment(latest_time),
             )
         )
         _, ref_latest = _latest_map(ref_rows)
@@ -490,21 +606,23 @@ def _load(
     for row in failing_latest:
         failing_by_sha[row["head_sha"]].append(row)
 
-    # 4. Test-level flake rates of the judged jobs' failed tests, on their backends.
-    names = {t["name"] for row in judged for t in tests_by_job.get(row["id"], [])}
-    flakes: dict[tuple[int, str], FlakeRecord] = {}
-    if names:
-        end = until or clock.now()
-        start = end - dt.timedelta(days=policy.test_window_days)
-        flakes = failed_test_flake_rates(
-            {row["downstream_id"] for row in judged}, names, start, end, policy
-        )
+    # 4. Cross-commit evidence of the judged jobs' failed tests and jobs, on their backends.
+    test_failures, runs = _cross_commit_rows(judged, policy, judged_at)
     successes: dict[LogicalKey, list[dict[str, Any]]] = defaultdict(list)
     for row in universe:
         if row["status"] == Job.Status.COMPLETED and row["conclusion"] == Job.Conclusion.SUCCESS:
             successes[_key(row)].append(row)
     return _Loaded(
-        attempts, latest, rows_by_id, tests_by_job, references, flakes, failing_by_sha, successes
+        attempts,
+        latest,
+        rows_by_id,
+        tests_by_job,
+        references,
+        failing_by_sha,
+        successes,
+        test_failures,
+        runs,
+        judged_at,
     )
 
 
@@ -512,38 +630,19 @@ def _tests_of(loaded: _Loaded, job_id: int) -> list[dict[str, Any]]:
     return loaded.tests_by_job.get(job_id, [])
 
 
-def _flaky(row: dict, loaded: _Loaded, policy: AttributionPolicy) -> dict | None:
+def _rerun_passed(row: dict, loaded: _Loaded) -> dict | None:
     winners = loaded.successes.get(_key(row), [])
-    if winners:
-        winner = max(winners, key=lambda r: (r["run_id"], r["run_attempt"], r["id"]))
-        return {
-            "rule": "another_attempt_succeeded",
-            "succeeded_job_id": winner["id"],
-            "succeeded_attempt": winner["run_attempt"],
-            "succeeded_run_id": winner["run_id"],
-            "workflow_url": winner["workflow_url"],
-            "summary": f"attempt {winner['run_attempt']} (run {winner['run_id']}) of this job "
-            f"on the same SHA succeeded; the latest attempt did not",
-        }
-    tests = _tests_of(loaded, row["id"])
-    if not tests:
+    if not winners:
         return None
-    known = []
-    for test in tests:
-        flakes = loaded.flakes.get(
-            (row["downstream_id"], failed_test_id(test["classname"], test["name"]))
-        )
-        if flakes is None or not above(flakes.estimate, policy.flaky_test_threshold, policy):
-            return None
-        known.append(flakes.to_dict())
+    winner = max(winners, key=lambda r: (r["run_id"], r["run_attempt"], r["id"]))
     return {
-        "rule": "known_flaky_tests",
-        "tests": known,
-        "threshold": policy.flaky_test_threshold,
-        "decide_on": policy.decide_on,
-        "summary": f"all {len(known)} failed test(s) are known flaky on this backend "
-        f"(test-level flake rate's {'lower bound' if policy.decide_on == 'bound' else 'value'} "
-        f"above {policy.flaky_test_threshold:.0%})",
+        "rule": "another_attempt_succeeded",
+        "succeeded_job_id": winner["id"],
+        "succeeded_attempt": winner["run_attempt"],
+        "succeeded_run_id": winner["run_id"],
+        "workflow_url": winner["workflow_url"],
+        "summary": f"attempt {winner['run_attempt']} (run {winner['run_id']}) of this job "
+        f"on the same SHA succeeded; the latest attempt did not",
     }
 
 
@@ -596,12 +695,16 @@ def _test_set(tests: list[dict[str, Any]]) -> set[str]:
     return {failed_test_id(t["classname"], t["name"]) for t in tests}
 
 
-def _reference_candidates(row: dict, loaded: _Loaded) -> list[tuple[str, dict]]:
-    """[(kind, reference row)]: nearest earlier trunk result and latest earlier nightly."""
+def _reference_candidates(
+    row: dict, loaded: _Loaded, policy: AttributionPolicy
+) -> list[tuple[str, dict]]:
+    """[(kind, reference row)]: nearest earlier trunk result and latest earlier nightly, each
+    at most `reference_lookback_days` before this job (the lookback is per job, not per read)."""
     series = loaded.references.get((row["downstream"], row["workflow_name"], row["job_name"]), [])
+    oldest = row["placed_at"] - pd.Timedelta(days=policy.reference_lookback_days)
     found: dict[str, dict] = {}
     for ref in series:
-        if ref["head_sha"] == row["head_sha"] or ref["placed_at"] >= row["placed_at"]:
+        if ref["head_sha"] == row["head_sha"] or not oldest <= ref["placed_at"] < row["placed_at"]:
             continue
         kind = "nightly" if ref["event_type"] == "nightly" else "trunk"
         found[kind] = ref  # ascending time: the last one kept is the nearest earlier
@@ -609,7 +712,6 @@ def _reference_candidates(row: dict, loaded: _Loaded) -> list[tuple[str, dict]]:
 
 
 def _other_backends(row: dict, loaded: _Loaded, mine: set[str]) -> list[dict[str, Any]]:
-    classes = {split_failed_test_id(t)[0] for t in mine} - {""}
     names = {split_failed_test_id(t)[1] for t in mine}
     others = []
     for other in loaded.failing_by_sha.get(row["head_sha"], []):
@@ -617,9 +719,7 @@ def _other_backends(row: dict, loaded: _Loaded, mine: set[str]) -> list[dict[str
             continue
         tests = _tests_of(loaded, other["id"])
         shared = sorted(
-            failed_test_id(t["classname"], t["name"])
-            for t in tests
-            if t["name"] in names or (t["classname"] and t["classname"] in classes)
+            failed_test_id(t["classname"], t["name"]) for t in tests if t["name"] in names
         )
         others.append(
             {
@@ -633,18 +733,9 @@ def _other_backends(row: dict, loaded: _Loaded, mine: set[str]) -> list[dict[str
     return sorted(others, key=lambda o: (o["downstream"], o["job"]))
 
 
-def _judge(
-    row: dict, loaded: _Loaded, policy: AttributionPolicy, signatures: tuple[Signature, ...]
-) -> tuple[str, dict[str, Any]]:
-    evidence = _flaky(row, loaded, policy)
-    if evidence:
-        return FLAKY, evidence
-    evidence = _infra(row, loaded, signatures)
-    if evidence:
-        return INFRA, evidence
+def _broken_downstream(row: dict, loaded: _Loaded, policy: AttributionPolicy) -> dict | None:
     mine = _test_set(_tests_of(loaded, row["id"]))
-    candidates = _reference_candidates(row, loaded)
-    for kind, ref in candidates:
+    for kind, ref in _reference_candidates(row, loaded, policy):
         if ref["outcome"] != stats.FAILURE:
             continue
         theirs = _test_set(_tests_of(loaded, ref["id"]))
@@ -655,47 +746,213 @@ def _judge(
                 if overlap
                 else "no failed tests reported on either"
             )
-            return BROKEN_DOWNSTREAM, {
+            return {
                 "rule": "failed_on_reference",
                 "reference": _ref_summary(ref, kind),
                 "overlapping_tests": overlap[:50],
                 "summary": f"this job already failed on {kind} commit {ref['head_sha'][:10]} "
                 f"({what})",
             }
-    lookback = policy.reference_lookback_days
-    if candidates and candidates[0][1]["outcome"] == stats.SUCCESS:
-        kind, ref = candidates[0]
-        others = _other_backends(row, loaded, mine)
-        corroborating = [o for o in others if o["shared_tests"]]
-        strength = "strong" if corroborating else "moderate"
-        summary = (
-            f"passed on the nearest earlier {kind} commit {ref['head_sha'][:10]} and fails here"
+    return None
+
+
+def _window_of(row: dict, policy: AttributionPolicy) -> tuple[dt.datetime, dt.datetime]:
+    """[start, end) of a judged job's evidence window, as plain datetimes (compared often)."""
+    placed = _moment(row["placed_at"])
+    window = dt.timedelta(days=policy.test_window_days)
+    return placed - window, placed + window
+
+
+ORIGIN_WORDS = {
+    "pr": ("other PR", "other PRs"),
+    "push": ("trunk push", "trunk pushes"),
+    "nightly": ("nightly", "nightlies"),
+}
+
+
+def _where(origins: Iterable[str]) -> str:
+    """ "9 other PRs and 2 trunk pushes" from a set of origins (`origin_of`)."""
+    counts = dict.fromkeys(ORIGIN_WORDS, 0)
+    for origin in origins:
+        kind = "pr" if origin.startswith("pr#") else origin.split(":", 1)[0]
+        counts[kind] = counts.get(kind, 0) + 1
+    parts = [
+        f"{count} {ORIGIN_WORDS.get(kind, (kind, kind))[count != 1]}"
+        for kind, count in counts.items()
+        if count
+    ]
+    return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else "".join(parts)
+
+
+def _cross_commit(row: dict, loaded: _Loaded, policy: AttributionPolicy) -> dict[str, Any]:
+    """This job's evidence across commits: per failed test, the unrelated origins it failed on
+    in the window and its reproductions on this origin; the job's own runs elsewhere."""
+    mine = origin_of(row["pr_number"], row["event_type"], row["head_sha"])
+    start, end = _window_of(row, policy)
+    runs = [
+        run
+        for run in loaded.runs.get(
+            (row["downstream_id"], row["workflow_name"], row["job_name"]), []
         )
-        if corroborating:
-            names = ", ".join(sorted({o["downstream"] for o in corroborating}))
-            summary += (
-                f"; strong: {names} also fail on this SHA with tests of the same class or name"
-            )
-        return UPSTREAM_LIKELY, {
-            "rule": "passed_on_reference",
-            "reference": _ref_summary(ref, kind),
-            "strength": strength,
-            "other_backends": others,
-            "summary": summary,
-        }
-    if not candidates:
+        if start <= run["last"] < end
+    ]
+    ran = {origin_of(r["pr_number"], r["event_type"], r["head_sha"]) for r in runs} - {mine}
+    job_failed = {
+        origin_of(r["pr_number"], r["event_type"], r["head_sha"]) for r in runs if r["failed"]
+    } - {mine}
+    job_reproduced = sum(
+        r["failed"] - (r["head_sha"] == row["head_sha"])
+        for r in runs
+        if origin_of(r["pr_number"], r["event_type"], r["head_sha"]) == mine
+    )
+    tests = []
+    signatures: dict[str, set[str]] = defaultdict(set)
+    for failed in _tests_of(loaded, row["id"]):
+        test_id = failed_test_id(failed["classname"], failed["name"])
+        signatures[test_id].add(failure_signature(failed["message"]))
+    for test in sorted(signatures):
+        failures = [
+            f
+            for f in loaded.test_failures.get((row["downstream_id"], test), [])
+            if start <= f["job__placed_at"] < end
+        ]
+        elsewhere = {
+            origin_of(f["job__pr_number"], f["job__event_type"], f["job__head_sha"])
+            for f in failures
+        } - {mine}
+        reproduced = sum(
+            1
+            for f in failures
+            if f["job_id"] != row["id"]
+            and origin_of(f["job__pr_number"], f["job__event_type"], f["job__head_sha"]) == mine
+        )
+        same_way = {
+            origin_of(f["job__pr_number"], f["job__event_type"], f["job__head_sha"])
+            for f in failures
+            if failure_signature(f["message"]) in signatures[test]
+        } - {mine}
+        runs_elsewhere = len(ran | elsewhere)
+        tests.append(
+            {
+                "test": test,
+                "signature": sorted(signatures[test])[0],
+                "failed_elsewhere": len(elsewhere),
+                "failed_elsewhere_same_way": len(same_way),
+                "where": _where(elsewhere),
+                "ran_elsewhere": runs_elsewhere,
+                "estimate": stats.proportion(
+                    len(elsewhere), runs_elsewhere, min_n=policy.test_min_n
+                ).to_dict(),
+                "reproduced": reproduced,
+            }
+        )
+    return {
+        "window_days": policy.test_window_days,
+        "ran_elsewhere": len(ran),
+        "job_failed_elsewhere": len(job_failed),
+        "job_where": _where(job_failed),
+        "job_reproduced": job_reproduced,
+        "tests": tests,
+    }
+
+
+def _around(policy: AttributionPolicy) -> str:
+    return f"in the {policy.test_window_days} days around this job"
+
+
+def _judge(
+    row: dict, loaded: _Loaded, policy: AttributionPolicy, signatures: tuple[Signature, ...]
+) -> tuple[str, dict[str, Any]]:
+    """The first rule that matches (docs/attribution.md "The rules, in order")."""
+    for verdict, rule in (
+        (FLAKY, lambda: _rerun_passed(row, loaded)),
+        (INFRA, lambda: _infra(row, loaded, signatures)),
+        (BROKEN_DOWNSTREAM, lambda: _broken_downstream(row, loaded, policy)),
+    ):
+        evidence = rule()
+        if evidence:
+            return verdict, evidence
+    cross = _cross_commit(row, loaded, policy)
+    tests = cross["tests"]
+    if tests:
+        seen = [t for t in tests if t["failed_elsewhere"]]
+        if len(seen) == len(tests):
+            weakest = min(tests, key=lambda t: t["failed_elsewhere"])
+            return FLAKY, {
+                "rule": "failed_on_unrelated_commits",
+                **cross,
+                "summary": f"not new: every failed test also failed on unrelated commits "
+                f"{_around(policy)} (at least on {weakest['where']}; "
+                f"{weakest['failed_elsewhere_same_way']} with the same failure signature)",
+            }
+        # The failed tests that also fail elsewhere are explained; the new ones are judged.
+        new = [t for t in tests if not t["failed_elsewhere"]]
+        reproduced = all(t["reproduced"] for t in new)
+    else:
+        new = []
+        estimate = stats.proportion(
+            cross["job_failed_elsewhere"], cross["ran_elsewhere"], min_n=policy.test_min_n
+        )
+        if above(estimate, policy.flaky_test_threshold, policy):
+            return FLAKY, {
+                "rule": "job_fails_on_unrelated_commits",
+                **cross,
+                "estimate": estimate.to_dict(),
+                "summary": f"this job failed on {cross['job_failed_elsewhere']} of "
+                f"{cross['ran_elsewhere']} unrelated commits {_around(policy)} "
+                f"({cross['job_where']})",
+            }
+        if cross["job_failed_elsewhere"]:
+            return NEW_FAILURE, {
+                "rule": "job_failed_elsewhere_rarely",
+                **cross,
+                "estimate": estimate.to_dict(),
+                "summary": f"no failed test reported; this job failed on "
+                f"{cross['job_failed_elsewhere']} of {cross['ran_elsewhere']} unrelated commits "
+                f"{_around(policy)}: too rare to call flaky, too common to blame the PR",
+            }
+        reproduced = cross["job_reproduced"] > 0
+    if cross["ran_elsewhere"] < policy.test_min_n:
         return NEW_FAILURE, {
-            "rule": "no_reference",
-            "reference": None,
-            "summary": f"no reference: no completed trunk or nightly result of this job in the "
-            f"{lookback} days before it",
+            "rule": "thin_evidence",
+            **cross,
+            "summary": f"not enough evidence yet: this job ran on {cross['ran_elsewhere']} "
+            f"unrelated commit(s) {_around(policy)} (fewer than {policy.test_min_n})",
         }
-    kind, ref = candidates[0]
-    return NEW_FAILURE, {
-        "rule": "reference_failed_differently",
-        "reference": _ref_summary(ref, kind),
-        "summary": f"the nearest {kind} result ({ref['head_sha'][:10]}) failed too, but with no "
-        f"failed test in common",
+    others = _other_backends(row, loaded, {t["test"] for t in new})
+    corroborating = sorted({o["downstream"] for o in others if o["shared_tests"] or not tests})
+    if not tests:
+        what = "this job passes elsewhere"
+    elif len(new) == len(tests):
+        what = "every failed test is new to this PR"
+    else:
+        what = (
+            f"{len(new)} of {len(tests)} failed tests are new to this PR (the others also "
+            f"fail on unrelated commits)"
+        )
+    base = f"{what}: passed on {cross['ran_elsewhere']} unrelated commits {_around(policy)}"
+    if not reproduced and not corroborating:
+        return NEW_FAILURE, {
+            "rule": "not_reproduced",
+            **cross,
+            "other_backends": others,
+            "summary": f"{base}, but seen once: not yet reproduced on another attempt or commit "
+            f"of this PR, nor on another backend",
+        }
+    strengths = (["reproduced on another attempt or commit of this PR"] if reproduced else []) + (
+        [f"{', '.join(corroborating)} also fail the same test(s) on this SHA"]
+        if corroborating
+        else []
+    )
+    return UPSTREAM_LIKELY, {
+        "rule": "new_to_this_pr",
+        **cross,
+        "strength": "strong" if corroborating else "moderate",
+        "reproduced": reproduced,
+        "corroborated_by": corroborating,
+        "new_tests": [t["test"] for t in new],
+        "other_backends": others,
+        "summary": f"{base}; {'; '.join(strengths)}",
     }
 
 
@@ -731,6 +988,7 @@ def _verdict_dict(
         "evidence": evidence,
         "failed_tests": sorted(_test_set(tests))[:50],
         "advisory": _advisory(row.get("triage_verdict")),
+        "judged_at": loaded.judged_at.isoformat(),
     }
 
 
@@ -925,6 +1183,17 @@ def commit_view(sha: str, *, until: dt.datetime | None = None) -> dict[str, Any]
 # --------------------------------------------------------------------------- gate-adjusted
 
 
+def excluded_from_gate(item: Mapping[str, Any]) -> bool:
+    """Whether the adjusted pass rate leaves a judged job out: only evidence-backed causes,
+    i.e. a PR breakage another backend corroborates, an infra signature, or broken trunk."""
+    evidence = item.get("evidence") or {}
+    if item["verdict"] == UPSTREAM_LIKELY:
+        return evidence.get("strength") == "strong"
+    if item["verdict"] == INFRA:
+        return evidence.get("rule") == "signature"
+    return item["verdict"] == BROKEN_DOWNSTREAM
+
+
 def gate_adjusted_pass_rates(
     frame: pd.DataFrame,
     windows: Iterable[int],
@@ -932,7 +1201,8 @@ def gate_adjusted_pass_rates(
     *,
     min_n: int = stats.DEFAULT_MIN_N,
 ) -> dict[str, Any]:
-    """Pass rate per window with `upstream_likely` and `infra` failures excluded, and why."""
+    """Pass rate per window with evidence-backed failures excluded (`excluded_from_gate`), and
+    why; verdicts are judged as of `as_of`, so nothing later is read."""
     windows = sorted(set(windows)) or [14]
     prepared = stats.prepare(frame)
     latest = prepared.latest
@@ -959,7 +1229,7 @@ def gate_adjusted_pass_rates(
             "why": item["summary"],
         }
         for item in verdicts
-        if item["verdict"] in GATE_EXCLUDED
+        if excluded_from_gate(item)
     ]
     excluded_keys = {
         (e["downstream"], e["event_type"], e["head_sha"], e["workflow_name"], e["job_name"])
@@ -985,7 +1255,7 @@ def gate_adjusted_pass_rates(
                 estimate.n,
                 estimate.sufficient,
                 estimate.unit,
-                f"{raw.n - estimate.n} upstream_likely/infra failures excluded",
+                f"{raw.n - estimate.n} evidence-backed failures excluded",
             ),
         }
     return {"windows": windows, "estimates": estimates, "excluded": excluded}
@@ -1034,7 +1304,12 @@ def failed_tests_overview(
     """Failed tests of a backend in [start, end): ranked, with flake rates and quarantine list."""
     policy = policy or load_attribution_policy()
     failures = _window_failures(downstream_id, start, end)
-    flakes = _flake_table(failures, _success_rows(failures, start, end), policy)
+    flakes = _flake_table(
+        failures,
+        _success_rows(failures, start, end),
+        _run_origins(failures, start, end),
+        policy,
+    )
     grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in failures:
         grouped[failed_test_id(row["classname"], row["name"])].append(row)
@@ -1101,15 +1376,18 @@ def failed_test_history(
     failures = _window_failures(downstream_id, start, end, (classname, name))
     if not failures:
         return None
-    flake = _flake_table(failures, _success_rows(failures, start, end), policy)[
-        (downstream_id, identifier)
-    ]
+    flake = _flake_table(
+        failures,
+        _success_rows(failures, start, end),
+        _run_origins(failures, start, end),
+        policy,
+    )[(downstream_id, identifier)]
     stacktraces = dict(
         FailedTest.objects.filter(id__in=[f["id"] for f in failures]).values_list(
             "id", "stacktrace"
         )
     )
-    flaked_ids = {example["failed_job_id"] for example in flake.examples}
+    flaked_ids = {e["failed_job_id"] for e in flake.examples if e["rerun_passed"]}
     occurrences = [
         {
             "job_id": row["job_id"],

@@ -156,6 +156,19 @@ FAILURES = {
     "build": [("build", "compile", "error: no matching function for call to 'at::empty'")],
 }
 INFRA_MESSAGE = "runner lost communication with the server (ConnectionResetError)"
+# A broken-trunk spell (days ago, inclusive): from day 20 to day 18 an upstream change breaks
+# one test of torch-spyre's test-core on every commit, trunk and PRs alike, until fixed.
+TRUNK_BREAK = ("ibm/torch-spyre", "test-core", range(18, 21))
+TRUNK_BREAK_TEST = (
+    "test_torch.TestTorchDeviceType",
+    "test_index_put_accumulate_large_tensor",
+    "RuntimeError: index_put_ with accumulate=True: expected 0 mismatches, got 12",
+)
+# PRs that truly break a test: about 1 in 12, on every backend running test-ops for half of
+# them (corroborated) and on the L4 backend alone for the others. Chosen by a hash of the PR
+# number, not the demo's generator, so the rest of the history stays the same.
+PR_BREAK_EVERY = 12
+PR_BREAK_JOB = "test-ops"
 # Backends whose workflow sends a self-reported `triage_verdict` with each failure.
 SELF_TRIAGING = ("ascend/torch-npu",)
 
@@ -452,11 +465,31 @@ def _result(
         return "failure", [("infra", "runner", INFRA_MESSAGE)]
     roll = rng.random()
     if roll < profile.pass_rate:
-        return "success", []
-    if roll < profile.pass_rate + (1 - profile.pass_rate) * 0.1:
-        return rng.choice(["cancelled", "timed_out"]), []
-    options = FAILURES.get(job, FAILURES["build"])
-    return "failure", rng.sample(options, k=rng.randint(1, len(options)))
+        conclusion, failures = "success", []
+    elif roll < profile.pass_rate + (1 - profile.pass_rate) * 0.1:
+        conclusion, failures = rng.choice(["cancelled", "timed_out"]), []
+    else:
+        options = FAILURES.get(job, FAILURES["build"])
+        conclusion, failures = "failure", rng.sample(options, k=rng.randint(1, len(options)))
+    repo, broken_job, days = TRUNK_BREAK
+    if (profile.repo, job) == (repo, broken_job) and day in days:
+        return "failure", [TRUNK_BREAK_TEST, *failures]
+    return conclusion, failures
+
+
+def pr_breakage(repo: str, job: str, pr_number: int) -> tuple[str, str, str] | None:
+    """The test a demo PR truly breaks on this backend's job, if it breaks one."""
+    digest = int(_sha("breaks", pr_number)[:8], 16)
+    if job != PR_BREAK_JOB or digest % PR_BREAK_EVERY:
+        return None
+    corroborated = digest // PR_BREAK_EVERY % 2 == 0
+    if not corroborated and repo != PROFILES[0].repo:
+        return None
+    return (
+        "test_ops.TestCommonPRIVATEUSE1",
+        f"test_pr{pr_number}_out_addmm_float32",
+        "AssertionError: Tensor-likes are not close! (a change in this PR)",
+    )
 
 
 def _schedule_run(
@@ -480,6 +513,12 @@ def _schedule_run(
         flaky = job == profile.flaky_job and rng.random() < 0.12
         if flaky:
             conclusion, failures = "failure", FAILURES[job][:1]
+        broken = event == "pull_request" and pr_breakage(
+            profile.repo, job, payload["payload"]["number"]
+        )
+        if broken and conclusion in ("success", "failure"):
+            # The PR's own break, beside whatever else failed; a re-run fails it again.
+            conclusion, failures = "failure", [broken, *failures]
         job_start = started + dt.timedelta(minutes=rng.randint(0, 5))
         finished = job_start + dt.timedelta(minutes=rng.randint(*profile.run_minutes))
         if finished > now:

@@ -37,8 +37,8 @@ DIRECTIONS: dict[str, Callable[[float, float], bool]] = {
 # The strict complement of each direction: what the true value is when the criterion fails.
 COMPLEMENT = {">": "<=", ">=": "<", "<": ">=", "<=": ">"}
 DECIDE_ON = ("bound", "point")
-# Which job pass rate the gate decides on: the raw one, or the one with upstream_likely and infra
-# failures excluded (hud.attribution, docs/attribution.md).
+# Which job pass rate the gate decides on: the raw one, or the one with evidence-backed causes
+# excluded (hud.attribution.excluded_from_gate, docs/attribution.md).
 PASS_RATE_BASES = ("raw", "adjusted")
 
 PASS = "pass"

@@ -549,6 +549,11 @@ class BackendResults:
     jobs: list[ReportedJob]
     expected: list[Expected]
 
+    @property
+    def failing(self) -> bool:
+        """Whether any of its latest attempts got a verdict (did not succeed)."""
+        return any(r.verdict and r.verdict.get("verdict") for r in self.jobs)
+
 
 @dataclass
 class ResultsPage:
@@ -565,6 +570,17 @@ class ResultsPage:
     check_runs: list[dict[str, Any]] = field(default_factory=list)
     cross_backend: list[dict[str, Any]] = field(default_factory=list)
     mirroring: bool = True  # whether this server sends check runs at all
+    answers: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def passing_backends(self) -> list[Downstream]:
+        """Backends with results and no failing latest job (shown collapsed)."""
+        return [s.backend for s in self.sections if s.jobs and not s.failing]
+
+    @property
+    def any_mirrored(self) -> bool:
+        """Whether any check run was (or is being) sent: else its table starts collapsed."""
+        return any(run["sync"] != "not_mirrored" for run in self.check_runs)
 
     @property
     def job_count(self) -> int:
@@ -607,6 +623,46 @@ def expected_state(dispatch: Dispatch, now: dt.datetime) -> str:
 def badge_dict(verdict: str) -> dict[str, str]:
     """A verdict's badge as the verdict dicts carry it: css, symbol, word, meaning."""
     return _badge(attribution.BADGES, verdict)
+
+
+# The order a reviewer reads failing jobs in: what may be theirs first.
+ANSWER_ORDER = (
+    attribution.UPSTREAM_LIKELY,
+    attribution.NEW_FAILURE,
+    attribution.BROKEN_DOWNSTREAM,
+    attribution.FLAKY,
+    attribution.INFRA,
+)
+
+
+def answer_lines(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One line per failing job of a PR: the newest head SHA's run of each backend job, if it
+    failed, with its verdict in words, its strongest evidence and links to its tests."""
+    newest: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for item in verdicts:
+        key = (item["downstream"], item["workflow_name"], item["job_name"])
+        if key not in newest or item["placed_at"] > newest[key]["placed_at"]:
+            newest[key] = item
+    lines = [
+        {
+            **item,
+            "tests": [
+                {"id": test, "url": f"/crcr/{item['downstream']}/tests/{test}"}
+                for test in item["failed_tests"][:10]
+            ],
+        }
+        for item in newest.values()
+        if item["verdict"]
+    ]
+    return sorted(
+        lines,
+        key=lambda line: (
+            ANSWER_ORDER.index(line["verdict"]),
+            line["downstream"],
+            line["workflow_name"],
+            line["job_name"],
+        ),
+    )
 
 
 def results_page(
@@ -664,8 +720,10 @@ def results_page(
         section.expected.append(
             Expected(dispatch.downstream, sha, dispatch, expected_state(dispatch, now))
         )
+    # Failing backends first (a reviewer reads those), then by level and name.
     ordered = sorted(
-        sections.values(), key=lambda s: (-s.backend.level, s.backend.full_name.lower())
+        sections.values(),
+        key=lambda s: (not s.failing, -s.backend.level, s.backend.full_name.lower()),
     )
     shas: dict[str, dt.datetime | None] = {}
     for job in sorted(jobs, key=lambda j: j.placed_at, reverse=True):
@@ -747,6 +805,7 @@ def pr_page(number: int, now: dt.datetime) -> ResultsPage | None:
     if page is None:
         return None
     page.add_verdicts(verdicts)
+    page.answers = answer_lines(verdicts)
     state = mirror.pr_mirror_state(number, now, latest_gate_only=True)
     page.gate = state["gate"]
     if page.gate is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import render
 
@@ -16,6 +17,12 @@ from hud.pagedata import MatrixFilters
 
 SHA_PATTERN = re.compile(r"^[0-9a-fA-F]{7,64}$")
 PR_PATTERN = re.compile(r"^#?(\d{1,9})$")
+# A pasted GitHub URL of the upstream: …/pull/<n>[/…], …/pull/<n>/commits/<sha>, …/commit/<sha>.
+GITHUB_URL_PATTERN = re.compile(
+    r"^(?:https?://)?(?:www\.)?github\.com/(?P<repo>[\w.-]+/[\w.-]+)/"
+    r"(?:pull/(?P<pr>\d{1,9})(?:/commits/(?P<pr_sha>[0-9a-fA-F]{7,64}))?|"
+    r"commit/(?P<sha>[0-9a-fA-F]{7,64}))(?:[/?#].*)?$"
+)
 EVENT_TYPES = ("pull_request", "push", "nightly", "periodic")
 
 
@@ -215,8 +222,14 @@ def metrics(request: HttpRequest) -> HttpResponse:
 
 
 def go(request: HttpRequest) -> HttpResponse:
-    """`/crcr/go?q=`: the jump box; a PR number or a commit SHA."""
+    """`/crcr/go?q=`: the jump box; a PR number, a commit SHA or a pasted GitHub URL of them."""
     query = (request.GET.get("q") or "").strip()
+    url = GITHUB_URL_PATTERN.match(query)
+    if url and url.group("repo").lower() == settings.CRCR_UPSTREAM_REPO.lower():
+        sha = url.group("sha") or url.group("pr_sha")
+        if sha:
+            return HttpResponseRedirect(f"/crcr/commit/{sha.lower()}")
+        return HttpResponseRedirect(f"/crcr/pr/{int(url.group('pr'))}")
     pr = PR_PATTERN.match(query)
     # Seven or more hex digits that are all digits are still a PR number up to 9 digits.
     if pr:
@@ -224,5 +237,10 @@ def go(request: HttpRequest) -> HttpResponse:
     if SHA_PATTERN.match(query):
         return HttpResponseRedirect(f"/crcr/commit/{query.lower()}")
     return bad_request(
-        request, BadParameter("q", "enter a PR number (e.g. 171234) or a commit SHA (7+ hex)")
+        request,
+        BadParameter(
+            "q",
+            f"enter a PR number (e.g. 171234), a commit SHA (7+ hex) or a GitHub URL of a "
+            f"{settings.CRCR_UPSTREAM_REPO} pull request or commit",
+        ),
     )

@@ -14,7 +14,6 @@ from tests.support import builders
 
 HOUR = dt.timedelta(hours=1)
 DAY = dt.timedelta(days=1)
-UPSTREAM = {"full_name": "pytorch/pytorch"}
 _run_ids = itertools.count(10_000)
 
 
@@ -55,13 +54,7 @@ class History:
         **extra,
     ) -> int:
         """One completed attempt (`counts={}`: no test counts reported); returns the job id."""
-        if event == "pull_request":
-            payload, delivery = builders.pr_payload(pr, head), f"d-pr-{pr}-{head[:8]}"
-        elif event == "push":
-            payload = {"ref": "refs/heads/main", "after": head, "repository": UPSTREAM}
-            delivery = f"d-push-{head[:8]}"
-        else:
-            payload, delivery = {"repository": UPSTREAM, "head_sha": head}, head
+        payload, delivery = builders.upstream_event(event, head, pr)
         tests = tests or []
         if counts is None:
             counts = {"passed": 100, "failed": len(tests), "skipped": 0}
@@ -85,6 +78,18 @@ class History:
         outcome = ingest.store(backend, parse_callback(body, repo), source=Job.Source.CALLBACK)
         self.clock.set(NOW)
         return outcome.job_id
+
+    def passes_elsewhere(self, repo: str, count: int = 4, job: str = "test-ops") -> None:
+        """`count` green trunk pushes of `job` in the days before: enough runs to judge on."""
+        for index in range(count):
+            self.job(
+                repo,
+                at=NOW - (index + 2) * DAY,
+                head=sha(f"green-{repo}-{job}-{index}"),
+                event="push",
+                job=job,
+                conclusion="success",
+            )
 
 
 @pytest.fixture

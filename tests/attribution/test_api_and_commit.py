@@ -74,7 +74,10 @@ def test_commit_view_of_a_trunk_commit_that_starts_the_break(history):
     h.job(A, at=NOW - HOUR, head=sha("t2"), event="push", tests=[failed("test_add")])
     view = attribution.commit_view(sha("t2")[:10])
     assert view["failing_backends"] == [A]
-    assert view["counts"][attribution.UPSTREAM_LIKELY] == 1
+    # One earlier green push is too little evidence to blame the commit: said as such.
+    (judged,) = [item for item in view["verdicts"] if item["verdict"]]
+    assert judged["verdict"] == attribution.NEW_FAILURE
+    assert judged["evidence"]["rule"] == "thin_evidence"
     (hint,) = view["backends"][0]["bisect"]
     assert hint["last_green"]["head_sha"] == sha("t1")
     assert hint["first_red"]["head_sha"] == sha("t2")
@@ -86,9 +89,13 @@ def test_unknown_pr_and_commit_still_404(client, db):
     assert client.get(f"/api/v1/commits/{'e' * 40}").status_code == 404
 
 
-def test_gate_adjusted_pass_rate_excludes_upstream_likely_and_infra_and_lists_them(history):
+RUNNER_LOST = "runner lost communication with the server"
+
+
+def test_gate_adjusted_pass_rate_excludes_only_evidence_backed_causes_and_lists_them(history):
     h = history
-    h.backend(A)
+    for repo in (A, B):
+        h.backend(repo)
     h.job(A, at=NOW - 3 * DAY, head=sha("t"), event="push", conclusion="success")
     for index in range(8):
         h.job(
@@ -98,8 +105,15 @@ def test_gate_adjusted_pass_rate_excludes_upstream_likely_and_infra_and_lists_th
             pr=200 + index,
             conclusion="success",
         )
+    # Corroborated: B fails the same test on the same SHA.
+    h.job(B, at=NOW - DAY, head=sha("up"), pr=300, tests=[failed("test_add", "TestSpyre")])
     upstream = h.job(A, at=NOW - DAY, head=sha("up"), pr=300, tests=[failed("test_add")])
-    infra = h.job(A, at=NOW - DAY, head=sha("inf"), pr=301, conclusion="timed_out")
+    infra = h.job(
+        A, at=NOW - DAY, head=sha("inf"), pr=301, tests=[failed("runner", "infra", RUNNER_LOST)]
+    )
+    # Evidence too thin to excuse: an isolated failure and a timeout stay in the adjusted rate.
+    isolated = h.job(A, at=NOW - DAY, head=sha("iso"), pr=302, tests=[failed("test_mul")])
+    timeout = h.job(A, at=NOW - DAY, head=sha("slow"), pr=303, conclusion="timed_out")
     gate = promotion.evaluate_backend(Downstream.objects.get(full_name=A), as_of=NOW)
     adjusted = gate.to_dict()["adjusted_pass_rate"]
     assert adjusted["basis"] == "raw"
@@ -107,12 +121,34 @@ def test_gate_adjusted_pass_rate_excludes_upstream_likely_and_infra_and_lists_th
     assert set(excluded) == {upstream, infra}
     assert excluded[upstream]["verdict"] == attribution.UPSTREAM_LIKELY
     assert excluded[infra]["verdict"] == attribution.INFRA and excluded[infra]["why"]
+    assert isolated not in excluded and timeout not in excluded
     pair = adjusted["estimates"]["job_pass_rate@14d"]
-    assert pair["raw"]["n"] == 11 and pair["raw"]["value"] == pytest.approx(9 / 11)
-    assert pair["adjusted"]["n"] == 9 and pair["adjusted"]["value"] == 1.0
+    assert pair["raw"]["n"] == 13 and pair["raw"]["value"] == pytest.approx(9 / 13)
+    assert pair["adjusted"]["n"] == 11 and pair["adjusted"]["value"] == pytest.approx(9 / 11)
     # The gate itself still decides on the raw rate by default.
     raw = next(c for c in gate.evaluation.criteria if c.metric == "job_pass_rate")
-    assert raw.n == 11
+    assert raw.n == 13
+
+
+def test_gate_adjusted_rate_reads_nothing_after_as_of(history):
+    h = history
+    for repo in (A, B):
+        h.backend(repo)
+    h.passes_elsewhere(A)
+    h.job(B, at=NOW - 2 * DAY, head=sha("up"), pr=700, tests=[failed("test_add", "TestSpyre")])
+    upstream = h.job(A, at=NOW - 2 * DAY, head=sha("up"), pr=700, tests=[failed("test_add")])
+    as_of = NOW - DAY
+    # After as_of the same test fails on trunk: a later evaluation no longer blames the PR,
+    # the evaluation at as_of must not know it yet.
+    h.job(A, at=NOW - HOUR, head=sha("trunk-later"), event="push", tests=[failed("test_add")])
+    backend = Downstream.objects.get(full_name=A)
+
+    def excluded(at) -> set[int]:
+        adjusted = promotion.evaluate_backend(backend, as_of=at).to_dict()["adjusted_pass_rate"]
+        return {item["job_id"] for item in adjusted["excluded"]}
+
+    assert excluded(as_of) == {upstream}
+    assert excluded(NOW) == set()
 
 
 def test_policy_can_make_the_gate_decide_on_the_adjusted_rate(history, tmp_path, settings):
@@ -127,7 +163,7 @@ def test_policy_can_make_the_gate_decide_on_the_adjusted_rate(history, tmp_path,
     h = history
     h.backend(A)
     h.job(A, at=NOW - DAY, head=sha("ok"), pr=1, conclusion="success")
-    h.job(A, at=NOW - DAY, head=sha("inf"), pr=2, conclusion="timed_out")
+    h.job(A, at=NOW - DAY, head=sha("inf"), pr=2, tests=[failed("runner", "infra", RUNNER_LOST)])
     gate = promotion.evaluate_backend(Downstream.objects.get(full_name=A), as_of=NOW)
     criterion = next(c for c in gate.evaluation.criteria if c.metric == "job_pass_rate")
     assert criterion.n == 1 and criterion.value == 1.0

@@ -14,11 +14,13 @@ from tests.attribution.conftest import DAY, HOUR, NOW, failed, sha
 
 C = "org/tt"
 RESNET = "models.TestResNet::test_resnet"
+ADDMM = "test_ops.TestCommonPRIVATEUSE1::test_out_addmm_float32"
 
 
 @pytest.fixture
 def flaky_history(history):
-    """test_resnet flakes in 3 of 4 PR jobs; test_add fails for real in 2 PRs."""
+    """Of 13 PRs running test-ops, test_resnet fails in 4 (3 pass on re-run) and test_out_addmm
+    in 3 others (never re-run); test_add fails in 2 PRs of test-nn, too few to judge."""
     h = history
     h.backend(C)
     for index in range(4):
@@ -42,6 +44,17 @@ def flaky_history(history):
                 attempt=2,
                 conclusion="success",
             )
+    # Nine more PRs run test-ops: six pass, three fail test_out_addmm and are never re-run.
+    for index in range(9):
+        addmm = failed(ADDMM.split("::")[1], ADDMM.split("::")[0], f"mismatch at {index}")
+        h.job(
+            C,
+            at=NOW - (index % 6) * DAY - 2 * HOUR,
+            head=sha(f"g{index}"),
+            pr=300 + index,
+            conclusion="failure" if index >= 6 else "success",
+            tests=[addmm] if index >= 6 else None,
+        )
     for index in range(2):
         h.job(
             C,
@@ -60,14 +73,18 @@ def test_overview_ranks_tests_with_flake_rates_and_quarantine(flaky_history):
     top = data["by_occurrences"][0]
     assert top["test"] == RESNET and top["occurrences"] == 4 and top["affected_prs"] == 4
     assert top["flake"]["flaked_in"] == 3 and top["flake"]["failed_in"] == 4
-    assert top["flake"]["estimate"]["value"] == pytest.approx(0.75)
+    assert top["flake"]["ran_in"] == 13
+    assert top["flake"]["estimate"]["value"] == pytest.approx(4 / 13)
     assert top["latest_message"] == "loss diverged (nan)"
     assert top["latest_stacktrace"] == "Traceback"
     assert top["first_seen"] < top["last_seen"]
-    assert [t["test"] for t in data["quarantine"]] == [RESNET]
-    assert len(data["quarantine"][0]["flake"]["examples"]) == 3
+    # Failures on unrelated PRs count, re-run or not: test_out_addmm was never re-run.
+    assert [t["test"] for t in data["quarantine"]] == [RESNET, ADDMM]
+    assert len(data["quarantine"][0]["flake"]["examples"]) == 4
+    addmm = data["quarantine"][1]["flake"]
+    assert (addmm["failed_in"], addmm["ran_in"], addmm["flaked_in"]) == (3, 13, 0)
     add = next(t for t in data["by_prs"] if t["name"] == "test_add")
-    assert add["flake"]["flaked_in"] == 0 and not add["quarantine_candidate"]
+    assert add["flake"]["failed_in"] == 2 and not add["quarantine_candidate"]
     assert add["jobs"] == ["crcr/test-nn"] and add["sha_count"] == 2
 
 
@@ -94,7 +111,7 @@ def test_tests_page_and_test_page_render(client, flaky_history):
 
 def test_tests_api_json_and_csv(client, flaky_history):
     body = client.get("/api/v1/backends/org/tt/tests?days=14").json()
-    assert body["quarantine"] == [RESNET]
+    assert body["quarantine"] == [RESNET, ADDMM]
     assert body["results"][0]["test"] == RESNET
     response = client.get("/api/v1/backends/org/tt/tests?format=csv")
     assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")

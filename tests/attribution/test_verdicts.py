@@ -52,13 +52,11 @@ def test_latest_nightly_failing_the_same_tests_is_broken_downstream(backends):
     assert item["evidence"]["reference"]["head_sha"] == nightly
 
 
-def test_upstream_break_on_two_backends_is_upstream_likely_and_strong(backends):
+def test_upstream_break_on_two_backends_is_likely_caused_by_the_pr_and_strong(backends):
     h = backends
-    trunk, head = sha("trunk-green"), sha("pr-breaks")
+    head = sha("pr-breaks")
     for repo in (A, B):
-        h.job(
-            A if repo == A else B, at=NOW - 5 * HOUR, head=trunk, event="push", conclusion="success"
-        )
+        h.passes_elsewhere(repo)
     a = h.job(
         A,
         at=NOW - HOUR,
@@ -72,79 +70,159 @@ def test_upstream_break_on_two_backends_is_upstream_likely_and_strong(backends):
     for job_id, other in ((a, B), (b, A)):
         item = verdict_of(job_id)
         assert item["verdict"] == attribution.UPSTREAM_LIKELY
+        assert item["badge"]["word"] == "likely caused by this PR"
         evidence = item["evidence"]
-        assert evidence["strength"] == "strong"
-        assert evidence["reference"]["head_sha"] == trunk
+        assert evidence["rule"] == "new_to_this_pr"
+        assert evidence["strength"] == "strong" and evidence["corroborated_by"] == [other]
+        assert evidence["ran_elsewhere"] == 4
         assert [o["downstream"] for o in evidence["other_backends"]] == [other]
         assert evidence["other_backends"][0]["shared_tests"]
-        assert "strong" in item["summary"] and other in item["summary"]
+        assert f"{other} also fail the same test(s) on this SHA" in item["summary"]
 
 
-def test_upstream_likely_alone_is_moderate(backends):
+def test_new_to_the_pr_and_reproduced_on_its_next_commit_is_moderate(backends):
     h = backends
-    h.job(A, at=NOW - 5 * HOUR, head=sha("t"), event="push", conclusion="success")
+    h.passes_elsewhere(A)
     # Another backend fails on the SHA, but with unrelated tests: not corroborating.
-    h.job(B, at=NOW - HOUR, head=sha("p"), pr=4, tests=[failed("test_other", "Other")])
-    item = verdict_of(h.job(A, at=NOW - HOUR, head=sha("p"), pr=4, tests=[failed("test_add")]))
-    assert item["verdict"] == attribution.UPSTREAM_LIKELY
-    assert item["evidence"]["strength"] == "moderate"
-    assert item["evidence"]["other_backends"][0]["shared_tests"] == []
+    h.job(B, at=NOW - HOUR, head=sha("p2"), pr=4, tests=[failed("test_other", "Other")])
+    first = h.job(A, at=NOW - 3 * HOUR, head=sha("p1"), pr=4, tests=[failed("test_add")])
+    second = h.job(A, at=NOW - HOUR, head=sha("p2"), pr=4, tests=[failed("test_add")])
+    for job_id in (first, second):  # the later commit's evidence reaches back to the first
+        item = verdict_of(job_id)
+        assert item["verdict"] == attribution.UPSTREAM_LIKELY
+        assert item["evidence"]["strength"] == "moderate"
+        assert item["evidence"]["reproduced"] is True
+        assert item["evidence"]["tests"][0]["reproduced"] == 1
+        assert "reproduced on another attempt or commit of this PR" in item["summary"]
+    assert verdict_of(second)["evidence"]["other_backends"][0]["shared_tests"] == []
 
 
-def test_flaky_when_another_attempt_of_the_same_logical_job_succeeded(backends):
+def test_new_to_the_pr_but_seen_once_is_a_new_failure_said_as_such(backends):
     h = backends
-    head = sha("pr-flaky")
-    first = h.job(A, at=NOW - 3 * HOUR, head=head, pr=5, conclusion="success", run_id=77)
-    latest = h.job(
-        A, at=NOW - HOUR, head=head, pr=5, run_id=77, attempt=2, tests=[failed("test_add")]
+    h.passes_elsewhere(A)
+    item = verdict_of(h.job(A, at=NOW - HOUR, head=sha("p"), pr=5, tests=[failed("test_add")]))
+    assert item["verdict"] == attribution.NEW_FAILURE
+    assert item["evidence"]["rule"] == "not_reproduced"
+    assert "not yet reproduced" in item["summary"]
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ("Mismatched elements: 3 / 64 (4.7%)", "Mismatched elements: 12 / 64 (18.75%)"),
+        ("segfault at 0x7f3a12bc in worker 4", "segfault at 0x55d0 in worker 17"),
+        (
+            "FileNotFoundError: /tmp/pytest-of-ci/pytest-3/test_x0/model.pt",
+            "FileNotFoundError: /tmp/pytest-of-runner/pytest-12/test_x1/model.pt",
+        ),
+        (
+            "job 4f9a1c2e7b3d failed (request 123e4567-e89b-12d3-a456-426614174000)",
+            "job 0a1b2c3d4e5f failed (request 00000000-1111-2222-3333-444444444444)",
+        ),
+        ("Expected 0.0 but got 1.2e-05", "Expected 0.0 but got -3.5E-07"),
+    ],
+)
+def test_failure_signature_strips_what_varies_between_runs(one, other):
+    assert attribution.failure_signature(one) == attribution.failure_signature(other)
+
+
+def test_failure_signature_keeps_what_names_the_failure():
+    assert attribution.failure_signature("RuntimeError: device not found") != (
+        attribution.failure_signature("RuntimeError: out of memory")
     )
-    item = verdict_of(latest)
-    assert item["verdict"] == attribution.FLAKY
-    assert item["evidence"]["rule"] == "another_attempt_succeeded"
-    assert item["evidence"]["succeeded_job_id"] == first
-    assert item["attempts"] == 2
+    assert attribution.failure_signature("AssertionError:\n  1 != 2") == "AssertionError: N != N"
 
 
-def test_flaky_when_every_failed_test_is_known_flaky(backends):
+def test_flaky_when_the_failed_test_fails_on_other_prs_and_trunk_without_reruns(backends):
     h = backends
-    # test_resnet failed then passed on re-run in three earlier PRs.
-    for index in range(3):
-        head = sha(f"flaky-{index}")
+    h.passes_elsewhere(C)
+
+    def resnet(address: int) -> list[dict]:
+        message = f"loss diverged at step {hex(address)}"
+        return [failed("test_resnet", "models.TestResNet", message)]
+
+    for index in range(2):
         h.job(
             C,
-            at=NOW - (index + 2) * DAY,
-            head=head,
+            at=NOW - (index + 1) * DAY,
+            head=sha(f"other-{index}"),
             pr=100 + index,
-            run_id=900 + index,
-            tests=[failed("test_resnet", "models.TestResNet")],
+            tests=resnet(index + 7),
         )
-        h.job(
-            C,
-            at=NOW - (index + 2) * DAY + HOUR,
-            head=head,
-            pr=100 + index,
-            run_id=900 + index,
-            attempt=2,
-            conclusion="success",
-        )
-    # A trunk reference that passed, so without rule 1 this would be upstream_likely.
+    h.job(C, at=NOW - 30 * HOUR, head=sha("trunk-red"), event="push", tests=resnet(99))
     h.job(C, at=NOW - 5 * HOUR, head=sha("trunk-c"), event="push", conclusion="success")
-    item = verdict_of(
-        h.job(
-            C,
-            at=NOW - HOUR,
-            head=sha("pr-c"),
-            pr=110,
-            tests=[failed("test_resnet", "models.TestResNet")],
-        )
-    )
+    item = verdict_of(h.job(C, at=NOW - HOUR, head=sha("pr-c"), pr=110, tests=resnet(0x7F3A)))
     assert item["verdict"] == attribution.FLAKY
     evidence = item["evidence"]
-    assert evidence["rule"] == "known_flaky_tests"
+    assert evidence["rule"] == "failed_on_unrelated_commits"
     (test,) = evidence["tests"]
     assert test["test"] == "models.TestResNet::test_resnet"
-    assert (test["flaked_in"], test["failed_in"]) == (3, 4)
-    assert test["estimate"]["low"] > 0.10
+    assert test["failed_elsewhere"] == 3 and test["ran_elsewhere"] == 8
+    assert test["failed_elsewhere_same_way"] == 3  # the addresses differ, the signature not
+    assert test["signature"] == "loss diverged at step <addr>"
+    assert test["estimate"]["value"] == pytest.approx(3 / 8)
+    assert "2 other PRs and 1 trunk push; 3 with the same failure signature" in item["summary"]
+
+
+def test_a_later_failure_on_trunk_moves_an_earlier_verdict_but_never_before_it_happened(
+    backends,
+):
+    h = backends
+    h.passes_elsewhere(A)
+    h.job(A, at=NOW - 6 * HOUR, head=sha("v1"), pr=6, tests=[failed("test_add")])
+    job_id = h.job(A, at=NOW - 5 * HOUR, head=sha("v2"), pr=6, tests=[failed("test_add")])
+    assert verdict_of(job_id)["verdict"] == attribution.UPSTREAM_LIKELY
+    h.job(A, at=NOW - HOUR, head=sha("trunk-later"), event="push", tests=[failed("test_add")])
+    item = verdict_of(job_id)
+    assert item["verdict"] == attribution.FLAKY
+    assert item["judged_at"] == NOW.isoformat()
+    job = Job.objects.select_related("downstream").get(pk=job_id)
+    (before,) = attribution.verdicts_for([job], until=NOW - 2 * HOUR)
+    assert before["verdict"] == attribution.UPSTREAM_LIKELY  # no look-ahead past `until`
+    assert before["judged_at"] == (NOW - 2 * HOUR).isoformat()
+
+
+def test_new_tests_beside_ones_failing_elsewhere_are_judged_on_the_new_ones(backends):
+    h = backends
+    h.passes_elsewhere(A)
+    h.job(A, at=NOW - DAY, head=sha("other"), pr=7, tests=[failed("test_known")])
+    both = [failed("test_known"), failed("test_new")]
+    once = verdict_of(h.job(A, at=NOW - 3 * HOUR, head=sha("p1"), pr=8, tests=both))
+    assert once["verdict"] == attribution.NEW_FAILURE
+    assert once["evidence"]["rule"] == "not_reproduced"
+    item = verdict_of(h.job(A, at=NOW - HOUR, head=sha("p2"), pr=8, tests=both))
+    assert item["verdict"] == attribution.UPSTREAM_LIKELY
+    assert item["evidence"]["new_tests"] == ["test_ops.TestOps::test_new"]
+    assert "1 of 2 failed tests are new to this PR" in item["summary"]
+
+
+def test_job_without_failed_tests_failing_on_many_unrelated_commits_is_flaky(backends):
+    h = backends
+    for index in range(12):
+        h.job(
+            A,
+            at=NOW - (index + 1) * DAY,
+            head=sha(f"j{index}"),
+            pr=400 + index,
+            job="build",
+            conclusion="failure" if index % 2 else "success",
+            counts={},
+        )
+    item = verdict_of(h.job(A, at=NOW - HOUR, head=sha("p"), pr=9, job="build", counts={}))
+    assert item["verdict"] == attribution.FLAKY
+    assert item["evidence"]["rule"] == "job_fails_on_unrelated_commits"
+    assert "failed on 6 of 12 unrelated commits" in item["summary"]
+
+
+def test_job_without_failed_tests_new_to_the_pr_and_retried_is_likely_caused_by_it(backends):
+    h = backends
+    h.passes_elsewhere(A, job="build")
+    h.job(A, at=NOW - 2 * HOUR, head=sha("p"), pr=10, job="build", run_id=5, counts={})
+    item = verdict_of(
+        h.job(A, at=NOW - HOUR, head=sha("p"), pr=10, job="build", run_id=5, attempt=2, counts={})
+    )
+    assert item["verdict"] == attribution.UPSTREAM_LIKELY
+    assert item["evidence"]["job_reproduced"] == 1
 
 
 def test_infra_outage_matches_the_runner_lost_signature(backends):
@@ -202,28 +280,29 @@ def test_failure_without_test_counts_is_not_assumed_infra(backends):
     assert item["verdict"] == attribution.NEW_FAILURE
 
 
-def test_failure_with_no_reference_is_new_failure_and_says_so(backends):
+def test_failure_with_thin_evidence_is_new_failure_and_says_so(backends):
     h = backends
+    h.job(A, at=NOW - 5 * HOUR, head=sha("t"), event="push", conclusion="success")
     item = verdict_of(h.job(A, at=NOW - HOUR, head=sha("p"), pr=11, tests=[failed("test_add")]))
     assert item["verdict"] == attribution.NEW_FAILURE
-    assert item["evidence"]["rule"] == "no_reference"
-    assert item["evidence"]["reference"] is None
-    assert "no reference" in item["summary"]
+    assert item["evidence"]["rule"] == "thin_evidence"
+    assert item["evidence"]["ran_elsewhere"] == 1
+    assert "not enough evidence yet" in item["summary"]
+    assert item["badge"]["word"] == "new failure: not enough evidence yet"
 
 
-def test_reference_older_than_the_lookback_is_ignored(backends):
+def test_reference_lookback_is_per_job_even_when_judged_in_one_batch(backends):
     h = backends
-    h.job(A, at=NOW - 20 * DAY, head=sha("t"), event="push", conclusion="success")
-    item = verdict_of(h.job(A, at=NOW - HOUR, head=sha("p"), pr=12, tests=[failed("test_add")]))
-    assert item["evidence"]["rule"] == "no_reference"
-
-
-def test_reference_failing_other_tests_is_new_failure(backends):
-    h = backends
-    h.job(A, at=NOW - 5 * HOUR, head=sha("t"), event="push", tests=[failed("test_other")])
-    item = verdict_of(h.job(A, at=NOW - HOUR, head=sha("p"), pr=13, tests=[failed("test_add")]))
-    assert item["verdict"] == attribution.NEW_FAILURE
-    assert item["evidence"]["rule"] == "reference_failed_differently"
+    h.job(A, at=NOW - 19 * DAY, head=sha("t"), event="push", tests=[failed("test_add")])
+    old = h.job(A, at=NOW - 10 * DAY, head=sha("p-old"), pr=12, tests=[failed("test_add")])
+    recent = h.job(A, at=NOW - HOUR, head=sha("p-new"), pr=13, tests=[failed("test_add")])
+    jobs = list(Job.objects.select_related("downstream").filter(pk__in=[old, recent]))
+    together = {item["job_id"]: item for item in attribution.verdicts_for(jobs)}
+    for job_id in (old, recent):
+        assert together[job_id]["verdict"] == verdict_of(job_id)["verdict"]
+    assert together[old]["verdict"] == attribution.BROKEN_DOWNSTREAM
+    # 19 days before the recent job: outside its 14-day lookback, even in a batch.
+    assert together[recent]["verdict"] != attribution.BROKEN_DOWNSTREAM
 
 
 def test_self_reported_verdict_is_advisory_and_never_replaces_ours(backends):
@@ -235,7 +314,7 @@ def test_self_reported_verdict_is_advisory_and_never_replaces_ours(backends):
             A, at=NOW - HOUR, head=sha("p"), pr=14, tests=[failed("test_add")], triage_verdict=claim
         )
     )
-    assert item["verdict"] == attribution.UPSTREAM_LIKELY
+    assert item["verdict"] == attribution.NEW_FAILURE
     assert item["advisory"]["category"] == "infra"
     assert item["advisory"]["label"].startswith("advisory")
 

@@ -7,6 +7,7 @@ from urllib.parse import urlparse
 import pytest
 
 from hud import clock, demo
+from tests.attribution.conftest import HOUR
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -181,4 +182,44 @@ def test_pr_page_shows_verdicts_with_evidence_and_the_gate(browser, live_server,
         for sel in ("#gate", "#verdicts", "section.backend-results")
     ]
     assert order == sorted(order)
+    assert console_errors(browser) == []
+
+
+def test_pr_page_answers_is_this_my_fault_in_its_first_screen(browser, live_server, frozen_clock):
+    from selenium.webdriver.common.by import By
+
+    from hud.models import Level
+    from tests.attribution.conftest import History
+    from tests.pages.test_verdicts_and_gate import HEAD, L2, L4, PR, seed_reviewed_pr
+
+    seed_reviewed_pr(frozen_clock)
+    green = History(frozen_clock)
+    green.backend("acc/green", Level.L3)
+    green.job("acc/green", at=frozen_clock() - HOUR, head=HEAD, pr=PR, conclusion="success")
+    load(browser, f"{live_server.url}/crcr/pr/{PR}")
+
+    answer = browser.find_element(By.ID, "answer")
+    # Within the first screen, above the gate and every backend's table.
+    assert answer.location["y"] + answer.size["height"] < 1000
+    script = browser.execute_script
+    order = [
+        script("return document.querySelector(arguments[0]).getBoundingClientRect().top", sel)
+        for sel in ("#answer", "#gate", "#verdicts", "section.backend-results")
+    ]
+    assert order == sorted(order)
+    lines = answer.find_elements(By.CSS_SELECTOR, "ol.answers > li")
+    assert [line.get_attribute("data-backend") for line in lines] == [L4, L2]
+    assert "likely caused by this PR" in lines[0].text
+    assert f"{L2} also fail the same test(s) on this SHA" in lines[0].text
+    assert "already broken on trunk" in lines[1].text
+    passing = answer.find_element(By.ID, "passing-backends")
+    assert passing.get_attribute("open") is None and "1 backend passing" in passing.text
+    backends = browser.find_elements(By.CSS_SELECTOR, "section.backend-results")
+    assert [b.get_attribute("data-backend") for b in backends] == [L4, L2, "acc/green"]
+    assert browser.find_element(By.ID, "check-runs-box").get_attribute("open") is None
+
+    lines[0].find_element(By.LINK_TEXT, "test_ops.TestOps::test_add").click()
+    load(browser, browser.current_url)
+    assert urlparse(browser.current_url).path == f"/crcr/{L4}/tests/test_ops.TestOps::test_add"
+    assert "test_ops.TestOps::test_add" in browser.find_element(By.TAG_NAME, "h1").text
     assert console_errors(browser) == []

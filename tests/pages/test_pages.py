@@ -374,6 +374,13 @@ def test_unknown_commit_is_a_404_page(client, seeded):
         ("#42", "/crcr/pr/42"),
         ("ABCDEF1234", "/crcr/commit/abcdef1234"),
         (" 1234567 ", "/crcr/pr/1234567"),
+        ("https://github.com/pytorch/pytorch/pull/171234", "/crcr/pr/171234"),
+        ("github.com/pytorch/pytorch/pull/171234/files#diff-1", "/crcr/pr/171234"),
+        ("https://github.com/pytorch/pytorch/pull/9/commits/ABCDEF1234", "/crcr/commit/abcdef1234"),
+        (
+            f"https://github.com/pytorch/pytorch/commit/{'a' * 40}?diff=split",
+            f"/crcr/commit/{'a' * 40}",
+        ),
     ],
 )
 def test_jump_box_goes_to_the_pr_or_commit(client, db, query, location):
@@ -383,7 +390,9 @@ def test_jump_box_goes_to_the_pr_or_commit(client, db, query, location):
     assert response["Location"] == location
 
 
-@pytest.mark.parametrize("query", ["", "hello", "12ab"])
+@pytest.mark.parametrize(
+    "query", ["", "hello", "12ab", "https://github.com/someone/fork/pull/12", "github.com/x"]
+)
 def test_jump_box_rejects_anything_else_naming_q(client, db, query):
     response = client.get("/crcr/go", {"q": query})
 

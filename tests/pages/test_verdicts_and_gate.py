@@ -34,11 +34,17 @@ def dispatch_pr(number: int, head: str, backends: list[str], at: dt.datetime) ->
 
 
 def seed_reviewed_pr(clock, *, number: int = PR, head: str = HEAD, trunk: bool = True) -> None:
-    """L4 green on trunk and red on the PR (upstream likely); L2 red on both (broken downstream)."""
+    """L4 green on trunk and red on the PR, corroborated by L2 failing the same test on the
+    head (likely caused by the PR); L2 red on trunk too (already broken on trunk)."""
     history = History(clock)
     if trunk:
         history.backend(L4, Level.L4)
         history.backend(L2, Level.L2)
+        for days in (4, 3):
+            history.job(
+                L4, at=NOW - days * DAY, head=sha(f"trunk-{days}"), event="push",
+                conclusion="success",
+            )  # fmt: skip
         history.job(L4, at=NOW - 2 * DAY, head=TRUNK, event="push", conclusion="success")
         history.job(L2, at=NOW - 2 * DAY, head=TRUNK, event="push", tests=[failed("test_add")])
     dispatch_pr(number, head, [L4, L2], NOW - 3 * dt.timedelta(hours=1))
@@ -81,11 +87,52 @@ def test_pr_page_shows_our_verdict_per_failing_job_with_badge_summary_and_eviden
     ) in body
     assert ours["summary"] in body
     evidence = body.split('data-our-verdict="upstream_likely"', 1)[1].split("</details>", 1)[0]
-    assert "<details" in evidence and "passed_on_reference" in evidence
-    assert f'href="/crcr/commit/{TRUNK}"' in evidence  # the reference SHA
+    assert "<details" in evidence and "new_to_this_pr" in evidence and "strong" in evidence
+    assert "ran on 3 unrelated commits" in evidence
     assert L2 in evidence and "test_ops.TestOps::test_add" in evidence  # other backends
+    assert f'href="/crcr/{L4}/tests/test_ops.TestOps::test_add"' in evidence  # its history
     broken = body.split('data-our-verdict="broken_downstream"', 1)[1].split("</details>", 1)[0]
     assert "Overlapping tests" in broken and "test_ops.TestOps::test_add" in broken
+
+
+def test_pr_page_answers_first_one_line_per_failing_job_in_plain_words(
+    client, reviewed, frozen_clock
+):
+    history = History(frozen_clock)  # the reviewed PR plus a backend that passes on it
+    history.backend("acc/green", Level.L3)
+    history.job("acc/green", at=NOW - dt.timedelta(hours=2), head=HEAD, pr=PR, conclusion="success")
+    response = client.get(f"/crcr/pr/{PR}")
+    body = text(response)
+
+    answer = body.split('id="answer"', 1)[1].split("</section>", 1)[0]
+    assert body.index('id="answer"') < body.index('id="gate"') < body.index('id="verdicts"')
+    lines = answer.split("<li data-verdict=")[1:]
+    assert [line.split('"')[1] for line in lines] == ["upstream_likely", "broken_downstream"]
+    assert f'data-backend="{L4}"' in lines[0] and "likely caused by this PR" in lines[0]
+    assert f"{L2} also fail the same test(s) on this SHA" in lines[0]
+    assert f'href="/crcr/{L4}/tests/test_ops.TestOps::test_add"' in lines[0]
+    assert "already broken on trunk" in lines[1] and "judged" in lines[1]
+    passing = answer.split('id="passing-backends"', 1)[1]
+    assert "1 backend passing" in passing and "acc/green" in passing
+    sections = [s.backend.full_name for s in response.context["data"].sections]
+    assert sections == [L4, L2, "acc/green"]  # failing backends first
+
+
+def test_check_runs_table_is_collapsed_when_nothing_was_mirrored(client, db, frozen_clock):
+    history = History(frozen_clock)
+    history.backend(L2, Level.L2)
+    history.job(L2, at=NOW - DAY, head=HEAD, pr=PR, tests=[failed("test_add")])
+    body = text(client.get(f"/crcr/pr/{PR}"))
+    assert '<details class="check-runs-box" id="check-runs-box">' in body
+    assert "(none sent)" in body
+
+
+def test_check_runs_start_open_once_any_was_sent_or_is_being_sent():
+    from hud.pagedata import ResultsPage
+
+    runs = [{"sync": "not_mirrored"}, {"sync": "pending"}]
+    assert ResultsPage([], [], check_runs=runs).any_mirrored
+    assert not ResultsPage([], [], check_runs=runs[:1]).any_mirrored
 
 
 def test_pr_page_shows_the_self_reported_triage_beside_ours_labelled_advisory(client, reviewed):
@@ -145,6 +192,8 @@ def test_pr_page_lists_mirrored_check_runs_with_why_not_mirrored(client, reviewe
     assert table.count("<tr data-sync=") == 3
     assert f"crcr/{L4}/crcr/test-ops" in table
     assert "not mirrored because L2: check runs start at L3" in table
+    # No GitHub App here: nothing was sent, so the table is there but starts collapsed.
+    assert '<details class="check-runs-box" id="check-runs-box">' in body
 
 
 def test_commit_page_shows_verdicts_and_a_bisect_hint_per_failing_backend(client, reviewed):
@@ -167,10 +216,12 @@ def test_commit_page_shows_verdicts_and_a_bisect_hint_per_failing_backend(client
 
 @pytest.fixture
 def with_infra_failure(reviewed, frozen_clock):
-    """The L2 backend also timed out on a PR: an infra failure the adjusted rate leaves out."""
-    History(frozen_clock).job(
-        L2, at=NOW - DAY, head=sha("infra-pr"), pr=PR + 1, conclusion="timed_out"
-    )
+    """The L2 backend also lost its runner on a PR: an infra signature, left out of the
+    adjusted rate (like its PR failure already broken on trunk), while a timeout stays in."""
+    history = History(frozen_clock)
+    lost = failed("runner", "infra", "runner lost communication with the server")
+    history.job(L2, at=NOW - DAY, head=sha("infra-pr"), pr=PR + 1, tests=[lost])
+    history.job(L2, at=NOW - DAY, head=sha("slow-pr"), pr=PR + 2, conclusion="timed_out")
 
 
 def test_backend_page_shows_the_gate_adjusted_pass_rate_beside_the_raw_one(
@@ -182,12 +233,14 @@ def test_backend_page_shows_the_gate_adjusted_pass_rate_beside_the_raw_one(
 
     assert adjusted.basis == "raw" and adjusted.windows
     window = adjusted.windows[0]
-    assert window["adjusted"].n == window["raw"].n - 1  # the timed-out job is left out
+    assert window["adjusted"].n == window["raw"].n - 2  # the runner loss and broken trunk
     section = body.split('id="adjusted-pass-rate"', 1)[1].split("</div>", 1)[0]
     assert section.index('data-kind="raw"') < section.index('data-kind="adjusted"')
     excluded = section.split('id="adjusted-excluded"', 1)[1]
-    assert "1 job excluded" in excluded and 'data-verdict="infra"' in excluded
-    assert "timed out" in excluded and f'href="/crcr/commit/{sha("infra-pr")}"' in excluded
+    assert "2 jobs excluded" in excluded and 'data-verdict="infra"' in excluded
+    assert 'data-verdict="broken_downstream"' in excluded
+    assert "runner_lost" in excluded and f'href="/crcr/commit/{sha("infra-pr")}"' in excluded
+    assert sha("slow-pr") not in excluded
     assert body.index('id="gate-table"') < body.index('id="adjusted-pass-rate"')
 
 

@@ -41,6 +41,19 @@ def pr_payload(number: int = 1234, sha: str = HEAD_SHA, labels: tuple[str, ...] 
     }
 
 
+def upstream_event(event_type: str, head: str, pr: int = 0, prefix: str = "d") -> tuple[dict, str]:
+    """(payload, delivery id) of the upstream event a callback answers: a PR, a trunk push or
+    a nightly at `head`."""
+    if event_type == "pull_request":
+        return pr_payload(pr, head), f"{prefix}-pr-{pr}-{head[:8]}"
+    repository = {"full_name": UPSTREAM}
+    if event_type == "push":
+        return {"ref": "refs/heads/main", "after": head, "repository": repository}, (
+            f"{prefix}-push-{head[:8]}"
+        )
+    return {"repository": repository, "head_sha": head}, head
+
+
 def callback_body(
     repo: str = "org/repo",
     *,
