@@ -161,6 +161,23 @@ def test_evidence_is_frozen_when_requested(npu, frozen_clock):
     assert now_rate["n"] == 22 and now_rate["value"] < frozen_rate["value"]
 
 
+def test_request_pages_format_evidence_as_the_backend_page_does(npu):
+    mia = maintainer(npu)
+    client = _client_for(mia)
+    form_page = client.get("/crcr/org/npu/request").content.decode()
+    item = promotion.request_change(mia, npu, 3, device="npu", oncalls=["alice"])
+    page = client.get(f"/crcr/admin/requests/{item.pk}").content.decode()
+    backend_page = client.get("/crcr/org/npu").content.decode()
+    rate = next(c for c in item.evidence["criteria"] if c["name"] == "job_pass_rate")
+    as_percent = f"{rate['value'] * 100:.1f}%"
+    for html in (form_page, page, backend_page):
+        assert as_percent in html
+        assert f"{rate['value']:.4f}" not in html
+    as_of = dt.datetime.fromisoformat(item.evidence["as_of"])
+    assert f"({as_of:%Y-%m-%d %H:%M} UTC)" in page
+    assert item.evidence["as_of"] not in page
+
+
 # --- permissions --------------------------------------------------------------------------
 
 
