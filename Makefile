@@ -23,11 +23,12 @@ demo: migrate
 	$(PY) manage.py seed_demo
 
 ## make run: install, migrate, load the demo history, serve http://127.0.0.1:8000 (embedded).
+## DEBUG stays off, as in production: styled error pages, static files from whitenoise.
 run: demo
 	@echo "Serving CRCR HUD on http://$(HOST):$(PORT)/  (Ctrl-C to stop)"
 	@trap 'kill 0' INT TERM EXIT; \
-	DEBUG=1 $(PY) manage.py run_periodic --loop --interval 300 >/dev/null & \
-	DEBUG=1 $(PY) manage.py runserver --noreload $(HOST):$(PORT)
+	$(PY) manage.py run_periodic --loop --interval 300 >/dev/null & \
+	$(PY) manage.py runserver --noreload $(HOST):$(PORT)
 
 ## make test: the whole suite on whatever DATABASE_URL says (SQLite by default).
 test: venv

@@ -4,6 +4,7 @@ import datetime as dt
 import re
 
 import pytest
+from django.test import Client
 
 from hud import selectors, stats
 from hud.models import Level
@@ -442,3 +443,21 @@ def test_unknown_url_renders_the_404_page(client, db, settings):
 
     assert response.status_code == 404
     assert "Not found" in text(response)
+
+
+def test_csrf_failure_renders_the_styled_page(db, settings):
+    settings.DEBUG = False
+    client = Client(enforce_csrf_checks=True)
+    response = client.post("/crcr/admin/overrides", {})
+
+    assert response.status_code == 403
+    assert "Form expired" in text(response) and 'class="topbar"' in text(response)
+
+
+@pytest.mark.parametrize("path", ["/static/hud/hud.css", "/static/vendor/plotly.min.js"])
+def test_static_files_are_served_with_debug_off(client, db, settings, path):
+    settings.DEBUG = False
+    response = client.get(path)
+
+    assert response.status_code == 200
+    assert b"".join(response.streaming_content)

@@ -202,7 +202,11 @@ def test_signed_in_non_maintainer_gets_403(npu):
 def test_maintainer_of_another_backend_gets_403(npu):
     other = backend("org/tpu")
     client = _client_for(maintainer(other))
-    assert client.get("/crcr/org/npu/request").status_code == 403
+    page = client.get("/crcr/org/npu/request")
+    assert page.status_code == 403
+    html = page.content.decode()
+    assert "<title>Not allowed · CRCR HUD</title>" in html and 'class="topbar"' in html
+    assert "you do not maintain org/npu" in html and "signed in as <strong>mia</strong>" in html
     assert client.post("/crcr/org/npu/request", L3_FORM).status_code == 403
     assert not PromotionRequest.objects.exists()
 
