@@ -40,11 +40,11 @@ DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env("SECRET_KEY")
 # Test runs bring their own keys and databases; they are never a production start.
 TESTING = "pytest" in sys.modules or sys.argv[1:2] == ["test"]
+SERVER_DATABASE = not (env("DATABASE_URL") or "sqlite").startswith("sqlite")
 if not SECRET_KEY:
     # Production is recognised by its database: DEBUG off against a server database (not the
     # embedded SQLite file) refuses to start without a key instead of using a public one.
-    server_database = not (env("DATABASE_URL") or "sqlite").startswith("sqlite")
-    production = not DEBUG and not TESTING and server_database
+    production = not DEBUG and not TESTING and SERVER_DATABASE
     if production or (not DEBUG and env_bool("CRCR_REQUIRE_SECRET_KEY", False)):
         raise ImproperlyConfigured(
             "SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off and DATABASE_URL "
@@ -52,6 +52,8 @@ if not SECRET_KEY:
         )
     # Embedded default only: a key derived from nothing secret. Production sets SECRET_KEY.
     SECRET_KEY = "embedded-default-insecure-key-set-SECRET_KEY-in-production"
+# The sign-in page lists the demo's sign-ins (those whose users exist) in the embedded default.
+CRCR_SHOW_DEMO_SIGN_INS = env_bool("CRCR_SHOW_DEMO_SIGN_INS", not SERVER_DATABASE)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 

@@ -9,6 +9,7 @@ from hud import accounts, delivery_views
 urlpatterns = [
     path("django-admin/", admin.site.urls),
     # Django's login/logout (names `login`, `logout`) first: password sign-in keeps its page.
+    path("accounts/login/", accounts.SignInView.as_view(), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     # allauth's GitHub views, with the URLs taken from settings at request time (hud.accounts).
     path("accounts/github/login/", accounts.github_login, name="github_login"),
