@@ -1,6 +1,7 @@
 """Request → approve → level → allowlist export, with permissions, CSRF and double decisions."""
 
 import datetime as dt
+import re
 
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -14,6 +15,7 @@ from tests.promotion import (
     UTC,
     admin,
     backend,
+    field_errors,
     maintainer,
     messages_of,
     report_at,
@@ -216,6 +218,9 @@ def test_maintainer_sees_the_live_gate_and_can_request(npu):
     page = client.get("/crcr/org/npu/request")
     assert page.status_code == 200
     assert b"job_pass_rate" in page.content and b"csrfmiddlewaretoken" in page.content
+    html = page.content.decode()
+    assert '<label for="id_to_level" class="required">Target level:</label>' in html
+    assert re.search(r'<p>\s*<label for="id_device">Device \(required for L3\)', html)
     assert client.post("/crcr/org/npu/request", L3_FORM).status_code == 302
     assert PromotionRequest.objects.filter(downstream=npu, status="pending").count() == 1
 
@@ -304,7 +309,8 @@ def test_l3_request_without_device_or_oncalls_is_a_form_error(npu):
     for missing, field in (("device", "device"), ("oncalls", "oncalls")):
         response = client.post("/crcr/org/npu/request", {**L3_FORM, missing: " "})
         assert response.status_code == 400
-        assert any(message.startswith(f"{field}:") for message in messages_of(response))
+        assert list(field_errors(response, "form")) == [field]
+        assert messages_of(response) == []
     assert not PromotionRequest.objects.exists()
 
 
@@ -323,7 +329,9 @@ def test_one_pending_request_per_backend(npu):
 
     response = _client_for(mia).post("/crcr/org/npu/request", L3_FORM)
     assert response.status_code == 400
-    assert any("pending request" in message for message in messages_of(response))
+    assert field_errors(response, "form") == {
+        "to_level": ["this backend already has a pending request"]
+    }
     assert list(PromotionRequest.objects.values_list("pk", flat=True)) == [first.pk]
 
     promotion.reject(admin(), first, "not yet")
