@@ -12,7 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_POST
 
-from hud import promotion, selectors
+from hud import clock, promotion, selectors
 from hud.models import DemotionWarning, Downstream, Job, Level, LevelOverride, PromotionRequest
 
 LEVEL_CHOICES = [(level.value, level.label) for level in Level]
@@ -95,6 +95,7 @@ def _admin_page(
         override_form=override_form or OverrideForm(),
         exclusion_form=exclusion_form or ExclusionForm(),
         decision_form=DecisionForm(),
+        today=clock.now().date(),
     )
     refused = override_form is not None or exclusion_form is not None
     return render(request, "hud/admin.html", context, status=400 if refused else 200)

@@ -20,7 +20,17 @@ import pandas as pd
 from django.conf import settings
 
 from hud import attribution, charts, mirror, selectors, stats
-from hud.models import Dispatch, Downstream, FailedTest, Job, Level, LevelOverride
+from hud.models import (
+    DemotionWarning,
+    Dispatch,
+    Downstream,
+    FailedTest,
+    GateEvaluation,
+    Job,
+    Level,
+    LevelOverride,
+    PromotionRequest,
+)
 from hud.stats import Estimate, OutcomeCounts
 
 if TYPE_CHECKING:
@@ -41,6 +51,9 @@ METRICS_TABS = {
     "nightly": NIGHTLY_EVENTS,
 }
 # A backend is stale when its last result is older than this many of its usual gaps.
+# Pass-rate colour bands of `/crcr` (as upstream's HUD), used when the gate raises no alarm.
+RATE_GOOD = 0.95
+RATE_WARN = 0.8
 STALE_GAP_FACTOR = 2.0
 STALE_MIN_SECONDS = 3600.0
 MIN_RESULTS_FOR_GAP = 5
@@ -68,6 +81,53 @@ class Window:
     def ending(cls, now: dt.datetime, days: int) -> Window:
         """The window of `days` days ending at `now`."""
         return cls(days, now - dt.timedelta(days=days), now)
+
+    @property
+    def calendar_days(self) -> int:
+        """UTC dates the window touches: `days` + 1 unless it starts at midnight."""
+        last = (self.end - dt.timedelta(microseconds=1)).date()
+        return (last - self.start.date()).days + 1
+
+
+@dataclass(frozen=True)
+class BackendState:
+    """What needs a decision about a backend now: a warning, a pending request, the gate."""
+
+    warning: DemotionWarning | None = None
+    overdue: bool = False
+    pending: PromotionRequest | None = None
+    evaluation: GateEvaluation | None = None
+
+    @property
+    def demoting(self) -> bool:
+        """The latest daily evaluation found a demotion rule holding."""
+        return self.evaluation is not None and self.evaluation.retention == "demote"
+
+    @property
+    def at_risk(self) -> bool:
+        """An open demotion warning or a demoting gate: shown and sorted as bad."""
+        return self.warning is not None or self.demoting
+
+
+# Daily evaluations older than this are not news (the evaluation runs every day).
+STATE_EVALUATION_DAYS = 2
+
+
+def backend_states(downstream_ids: list[int], now: dt.datetime) -> dict[int, BackendState]:
+    """Each backend's state for `/crcr` and its page, in three queries for any count."""
+    warnings = selectors.open_warnings(downstream_ids)
+    pending = selectors.pending_requests(downstream_ids)
+    since = (now - dt.timedelta(days=STATE_EVALUATION_DAYS)).date()
+    evaluations = selectors.latest_evaluations(downstream_ids, since)
+    return {
+        backend_id: BackendState(
+            warning=warnings.get(backend_id),
+            overdue=backend_id in warnings and warnings[backend_id].deadline < now.date(),
+            pending=pending.get(backend_id),
+            evaluation=evaluations.get(backend_id),
+        )
+        for backend_id in downstream_ids
+    }
 
 
 def cell_status(status: str, conclusion: str, stuck: bool) -> str:
@@ -115,12 +175,30 @@ class SummaryRow:
     usual_gap: float | None
     stale: bool
     on_hud: bool = True
+    state: BackendState = field(default_factory=BackendState)
 
     @property
     def sort_key(self) -> tuple:
-        """Worst first: lowest pass rate, backends without data after those with data."""
+        """Worst first: at risk of demotion, then lowest pass rate; no data after data."""
         value = self.pass_rate.value
-        return (value is None, value if value is not None else 0.0, self.backend.full_name)
+        return (
+            not self.state.at_risk,
+            value is None,
+            value if value is not None else 0.0,
+            self.backend.full_name,
+        )
+
+    @property
+    def rate_class(self) -> str:
+        """The pass rate's colour: the gate's verdict first, then the rate's band."""
+        value = self.pass_rate.value
+        if self.state.at_risk:
+            return "rate-bad"
+        if value is None:
+            return "rate-none"
+        if value >= RATE_GOOD:
+            return "rate-good"
+        return "rate-warn" if value >= RATE_WARN else "rate-bad"
 
 
 def window_figures(frame: stats.Jobs, window: Window, now: dt.datetime) -> dict[str, Any]:
@@ -169,6 +247,7 @@ def summary_rows(backends: list[Downstream], window: Window, now: dt.datetime) -
     on_hud = [b.id for b in backends if b.level >= Level.L2]
     frame = selectors.jobs_frame(window.start, window.end, on_hud) if on_hud else None
     overrides = selectors.active_overrides([b.id for b in backends], now)
+    states = backend_states([b.id for b in backends], now)
     parts = _split_by_backend(stats.prepare(frame)) if frame is not None else {}
     rows = []
     for backend in backends:
@@ -191,6 +270,7 @@ def summary_rows(backends: list[Downstream], window: Window, now: dt.datetime) -
                 stale=backend.level >= Level.L2
                 and is_stale(figures["last_result_at"], figures["usual_gap"], window),
                 on_hud=backend.level >= Level.L2,
+                state=states[backend.id],
             )
         )
     return rows
@@ -367,6 +447,7 @@ class BackendPage:
     filters: MatrixFilters
     adjusted: AdjustedPassRate | None = None
     can_request: bool = False
+    state: BackendState = field(default_factory=BackendState)
 
 
 @dataclass
@@ -513,6 +594,7 @@ def backend_page(
         filters=filters,
         adjusted=adjusted_pass_rate(gate.adjusted),
         can_request=user is not None and promotion.maintains(user, backend),
+        state=backend_states([backend.id], now)[backend.id],
     )
 
 

@@ -7,7 +7,17 @@ import pandas as pd
 from django.db.models import Count, Max, OuterRef, Prefetch, QuerySet, Subquery
 
 from hud import stats
-from hud.models import Delivery, Dispatch, Downstream, FailedTest, Job, LevelOverride
+from hud.models import (
+    Delivery,
+    DemotionWarning,
+    Dispatch,
+    Downstream,
+    FailedTest,
+    GateEvaluation,
+    Job,
+    LevelOverride,
+    PromotionRequest,
+)
 
 
 @dataclass(frozen=True)
@@ -156,6 +166,36 @@ def active_overrides(downstream_ids: list[int], now: dt.datetime) -> dict[int, L
         # Same precedence as hud.promotion.active_override: the lowest level, newest first.
         overrides.setdefault(override.downstream_id, override)
     return overrides
+
+
+def open_warnings(downstream_ids: list[int]) -> dict[int, DemotionWarning]:
+    """The open demotion warning of each backend that has one (at most one each, one query)."""
+    rows = DemotionWarning.objects.filter(
+        downstream_id__in=downstream_ids, status=DemotionWarning.Status.OPEN
+    )
+    return {warning.downstream_id: warning for warning in rows}
+
+
+def pending_requests(downstream_ids: list[int]) -> dict[int, PromotionRequest]:
+    """The pending level-change request of each backend that has one (one query)."""
+    rows = PromotionRequest.objects.filter(
+        downstream_id__in=downstream_ids, status=PromotionRequest.Status.PENDING
+    ).order_by("downstream_id", "-requested_at")
+    pending: dict[int, PromotionRequest] = {}
+    for item in rows:
+        pending.setdefault(item.downstream_id, item)
+    return pending
+
+
+def latest_evaluations(downstream_ids: list[int], since: dt.date) -> dict[int, GateEvaluation]:
+    """Each backend's newest daily gate evaluation on or after `since` (one query)."""
+    rows = GateEvaluation.objects.filter(downstream_id__in=downstream_ids, day__gte=since).order_by(
+        "downstream_id", "-day"
+    )
+    latest: dict[int, GateEvaluation] = {}
+    for evaluation in rows.only("downstream_id", "day", "retention", "stable_retention"):
+        latest.setdefault(evaluation.downstream_id, evaluation)
+    return latest
 
 
 def latest_attempt_rows(ids: list[int]) -> dict[int, Job]:
