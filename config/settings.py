@@ -166,6 +166,8 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/crcr"
+# Signing out lands on the HUD, not on the Django admin's "logged out" page.
+LOGOUT_REDIRECT_URL = "/crcr"
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
