@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 from api import params
 from api.renderers import CSV_ROW_CAP, csv_lines
 from api.serializers import (
-    BackendSerializer,
+    BackendDetailSerializer,
     BackendStatsSerializer,
     DailyRowSerializer,
     FailedTestRankSerializer,
@@ -135,19 +135,16 @@ class BackendList(ExportableListView):
 class BackendDetail(APIView):
     """One backend, with every figure of its page over a window."""
 
-    @extend_schema(parameters=[DAYS_PARAMETER], responses=BackendSerializer)
+    @extend_schema(parameters=[DAYS_PARAMETER], responses=BackendDetailSerializer)
     def get(self, request: Request, org: str, repo: str) -> Response:
-        """A backend by owner/repo with `stats` (hud.stats.backend_summary); 404 if unknown."""
+        """A backend by owner/repo: its list row plus `stats` (hud.stats.backend_summary)."""
         days = _days(request)
         backend = selectors.backend(f"{org}/{repo}")
         if backend is None:
             raise Http404(f"no backend {org}/{repo}")
-        return Response(
-            {
-                **BackendSerializer(backend).data,
-                "stats": pagedata.backend_stats(backend, days, clock.now()),
-            }
-        )
+        (backend,) = _attach_figures([backend], days)
+        backend.stats = pagedata.backend_stats(backend, days, clock.now())
+        return Response(BackendDetailSerializer(backend).data)
 
 
 def _downstream(request: Request, required: bool = False) -> Downstream | None:
