@@ -229,6 +229,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # api.openapi adds the webhook, callback and forward endpoints (plain Django views) with
+    # their auth, and drops the session-cookie lock from the public reads.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "api.openapi.document_ingestion",
+    ],
 }
 
 # --- CRCR ---------------------------------------------------------------------------------

@@ -483,3 +483,26 @@ def test_readyz_checks_the_database(client, db):
 
     assert response.status_code == 200
     assert response.json() == {"ok": True, "database": "ok"}
+
+
+def test_schema_lists_the_ingestion_endpoints_with_their_auth_and_no_lock_on_reads(client, db):
+    schema = client.get("/api/schema/?format=json").json()
+
+    expected = {
+        "/github/webhook": "webhookSignature",
+        "/github/callback": "githubOidc",
+        "/api/crcr/results": "relayBotKey",
+    }
+    for path, scheme in expected.items():
+        operation = schema["paths"][path]["post"]
+        assert operation["security"] == [{scheme: []}]
+        assert scheme in schema["components"]["securitySchemes"]
+        assert "401" in operation["responses"] and "413" in operation["responses"]
+    reads = [
+        operation
+        for path, operations in schema["paths"].items()
+        if path.startswith("/api/v1/")
+        for operation in operations.values()
+    ]
+    assert reads and all("security" not in operation for operation in reads)
+    assert "cookieAuth" not in schema["components"]["securitySchemes"]
