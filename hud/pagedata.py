@@ -20,20 +20,11 @@ import pandas as pd
 from django.conf import settings
 
 from hud import attribution, charts, mirror, selectors, stats
-from hud.models import (
-    DemotionWarning,
-    Dispatch,
-    Downstream,
-    FailedTest,
-    GateEvaluation,
-    Job,
-    Level,
-    LevelOverride,
-    PromotionRequest,
-)
+from hud.models import Dispatch, Downstream, FailedTest, Job, Level, LevelOverride
 from hud.stats import Estimate, OutcomeCounts
 
 if TYPE_CHECKING:
+    from hud.models import DemotionWarning, GateEvaluation, PromotionRequest
     from hud.promotion import User
 
 DEFAULT_DAYS = 7
