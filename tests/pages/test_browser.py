@@ -262,4 +262,7 @@ def test_maintainer_requests_l3_and_admin_approves_it(browser, live_server, demo
     load(browser, f"{base}/crcr")
     row = browser.find_element(By.CSS_SELECTOR, f"#summary tr[data-backend='{name}']")
     assert "L3" in row.text and "pending upstream" in row.text
+    window_start = browser.find_element(By.CSS_SELECTOR, "p.lead time[datetime]")
+    assert window_start.text.endswith(" UTC")
+    assert "your time: " in window_start.get_attribute("title")
     assert console_errors(browser) == []

@@ -461,3 +461,25 @@ def test_static_files_are_served_with_debug_off(client, db, settings, path):
 
     assert response.status_code == 200
     assert b"".join(response.streaming_content)
+
+
+def test_one_time_format_utc_in_the_page_with_a_hook_for_the_readers_time():
+    from hud.templatetags.hud_format import when
+
+    moment = dt.datetime(2026, 11, 30, 17, 32, 51, 250022, tzinfo=dt.UTC)
+    assert when(moment) == (
+        '<time datetime="2026-11-30T17:32:51.250022Z" title="2026-11-30 17:32 UTC">'
+        "2026-11-30 17:32 UTC</time>"
+    )
+    assert ">11-30 17:32</time>" in when(moment.isoformat(), "short")
+    assert ">2026-11-30 17:32:51 UTC</time>" in when(moment, "seconds")
+    later = dt.datetime(2026, 11, 30, 18, 32, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    assert ">2026-11-30 17:32 UTC</time>" in when(later)
+    assert when(None) == "—"
+
+
+def test_pages_write_no_raw_iso_times(client, seeded):
+    for url in ("/crcr", "/crcr/org/repo", "/crcr/admin", "/crcr/org/repo/tests"):
+        html = text(client.get(url))
+        outside_tags = re.sub(r"<[^>]*>", "", html)
+        assert not re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d", outside_tags), url

@@ -80,7 +80,8 @@ def test_summary_colours_by_the_daily_evaluation_and_shows_requests_and_override
 
     page = client.get("/crcr/other/accel").content.decode()
     assert f'href="/crcr/admin/requests/{item.pk}"' in page
-    assert "⊘ held at L3 until 2026-11-03 12:00 UTC: infra outage" in page
+    assert '⊘ held at L3 until <time datetime="2026-11-03T12:00:00Z"' in page
+    assert ">2026-11-03 12:00 UTC</time>: infra outage" in page
 
 
 def test_backend_page_shows_the_warning_and_links_stuck_jobs(client, at_risk):

@@ -176,7 +176,7 @@ def test_request_pages_format_evidence_as_the_backend_page_does(npu):
         assert as_percent in html
         assert f"{rate['value']:.4f}" not in html
     as_of = dt.datetime.fromisoformat(item.evidence["as_of"])
-    assert f"({as_of:%Y-%m-%d %H:%M} UTC)" in page
+    assert f">{as_of:%Y-%m-%d %H:%M} UTC</time>)" in page
     assert item.evidence["as_of"] not in page
 
 
