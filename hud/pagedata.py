@@ -440,6 +440,18 @@ class BackendPage:
     can_request: bool = False
     state: BackendState = field(default_factory=BackendState)
 
+    @property
+    def gate_figures(self) -> dict[str, Any]:
+        """The gate's value of each metric a headline card also shows, by metric name.
+
+        The promotion criterion wins over the demotion rule of the same metric (the same
+        number over the same window, but the promotion one is the decision being asked).
+        """
+        evaluation = self.gate.evaluation
+        figures = {c.metric: c for c in evaluation.demotion_criteria}
+        figures.update({c.metric: c for c in evaluation.criteria})
+        return figures
+
 
 @dataclass
 class AdjustedPassRate:

@@ -110,3 +110,23 @@ def test_admin_page_styles_an_overdue_deadline(at_risk):
         '<td class="overdue">2026-10-29 <strong class="overdue-word">⚠ overdue</strong></td>'
         in html
     )
+
+
+def test_headline_cards_say_their_window_and_show_the_gates_figure_beside(client, seeded):
+    response = client.get("/crcr/org/repo?days=7")
+    page = response.content.decode()
+    gate = response.context["data"].gate_figures
+
+    assert "Reliability, last 7 days" in page
+    assert {"job_pass_rate", "timeout_rate"} <= set(gate)
+    checked = []
+    for metric, criterion in gate.items():
+        card = re.search(rf'data-metric="{metric}".*?</div>\s*</div>', page, re.S)
+        if card is None:
+            continue  # a gate metric without a headline card (e.g. days at level)
+        shown = card.group(0)
+        value = "—" if criterion.value is None else f"{criterion.value * 100:.1f}%"
+        if criterion.unit == "ratio":
+            assert f"gate, {criterion.window_days} d: {value}</div>" in shown, metric
+            checked.append(metric)
+    assert {"job_pass_rate", "timeout_rate"} <= set(checked)
