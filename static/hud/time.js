@@ -5,8 +5,10 @@
     document.querySelectorAll("time[datetime]").forEach(function (el) {
       var moment = new Date(el.getAttribute("datetime"));
       if (isNaN(moment.getTime())) { return; }
+      // dateStyle/timeStyle cannot be combined with timeZoneName, so the fields are listed.
       el.title = el.title + " · your time: " + moment.toLocaleString(undefined, {
-        dateStyle: "medium", timeStyle: "short", timeZoneName: "short"
+        year: "numeric", month: "short", day: "numeric",
+        hour: "2-digit", minute: "2-digit", timeZoneName: "short"
       });
       el.dataset.local = "true";
     });
