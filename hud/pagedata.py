@@ -865,6 +865,62 @@ def pr_page(number: int, now: dt.datetime) -> ResultsPage | None:
     return page
 
 
+EMBED_FAILING = ("failure", "timed_out", "stuck")
+EMBED_PENDING = ("in_progress",)
+
+
+def pr_summary(number: int, now: dt.datetime) -> dict[str, Any] | None:
+    """The compact state of a PR's newest head SHA, per backend (embed, JSON and badge).
+
+    Each logical job counts once, by its latest attempt; a job stuck in progress counts as
+    failing. `state` is failure when any job fails, pending while any runs, else success.
+    """
+    jobs = list(selectors.jobs(selectors.JobFilters(pr=number)))
+    if not jobs:
+        return None
+    head_sha = jobs[0].head_sha  # newest first: the newest head SHA reported
+    latest: dict[tuple[str, str, str], Job] = {}
+    for job in jobs:
+        if job.head_sha != head_sha:
+            continue
+        key = (job.downstream.full_name, job.workflow_name, job.job_name)
+        if key not in latest or job.run_attempt > latest[key].run_attempt:
+            latest[key] = job
+    backends: dict[str, dict[str, Any]] = {}
+    for (name, _, _), job in sorted(latest.items()):
+        since = job.in_progress_received_at or job.placed_at
+        stuck = job.status == "in_progress" and since < now - stats.DEFAULT_STUCK_AFTER
+        status = cell_status(job.status, job.conclusion, stuck)
+        entry = backends.setdefault(
+            name,
+            {"downstream": name, "level": f"L{job.downstream.level}", "url": f"/crcr/{name}",
+             "failing": 0, "pending": 0, "passing": 0, "jobs": 0},
+        )  # fmt: skip
+        entry["jobs"] += 1
+        if status in EMBED_FAILING:
+            entry["failing"] += 1
+        elif status in EMBED_PENDING:
+            entry["pending"] += 1
+        elif status == "success":
+            entry["passing"] += 1
+    rows = list(backends.values())
+    for entry in rows:
+        entry["state"] = _embed_state(entry["failing"], entry["pending"])
+    return {
+        "pr_number": number,
+        "head_sha": head_sha,
+        "state": _embed_state(sum(e["failing"] for e in rows), sum(e["pending"] for e in rows)),
+        "backends": rows,
+        "url": f"/crcr/pr/{number}",
+    }
+
+
+def _embed_state(failing: int, pending: int) -> str:
+    if failing:
+        return "failure"
+    return "in_progress" if pending else "success"
+
+
 def cross_backend_rows(backends: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """`commit_view` backends with each failing job paired with its bisect hint."""
     rows = []
