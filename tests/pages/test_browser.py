@@ -130,6 +130,27 @@ def test_reader_clicks_from_summary_to_backend_to_pr_and_commit(browser, live_se
     assert urlparse(browser.current_url).path == f"/crcr/pr/{number}"
     assert console_errors(browser) == []
 
+    # A page frames the compact view and shows the badge (X-Frame-Options DENY, sent by every
+    # other page, would block even a same-origin frame).
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.execute_script(
+        "const frame = document.createElement('iframe'); frame.id = 'crcr';"
+        "frame.src = arguments[0]; document.body.appendChild(frame);"
+        "const badge = new Image(); badge.id = 'badge'; badge.src = arguments[1];"
+        "document.body.appendChild(badge);",
+        f"/crcr/pr/{number}/embed",
+        f"/crcr/pr/{number}/badge.svg",
+    )
+    WebDriverWait(browser, 20).until(
+        lambda d: d.execute_script(
+            "const doc = document.getElementById('crcr').contentDocument;"
+            "return doc !== null && doc.querySelector('#embed-backends tr[data-backend]') !== null"
+            " && document.getElementById('badge').naturalWidth === 190"
+        )
+    )
+    assert console_errors(browser) == []
+
 
 def failing_pr_number() -> int:
     """The newest demo PR with a failing job on the L4 backend (so the gate has a say)."""
