@@ -48,12 +48,13 @@ $(DEMO_STAMP): $(STAMP) $(wildcard hud/migrations/0*.py) $(if $(DEMO_DB_READY),,
 FORCE:
 
 ## make run: install, migrate, load the demo history, serve http://$(HOST):$(PORT) (embedded).
+## DEBUG stays off, as in production: styled error pages, static files from whitenoise.
 ## The system checks ran in migrate; the server skips them to answer sooner.
 run: $(DEMO_STAMP)
 	@echo "Serving CRCR HUD on http://$(HOST):$(PORT)/  (Ctrl-C to stop)"
 	@trap 'kill 0' INT TERM EXIT; \
-	DEBUG=1 $(PY) manage.py run_periodic --loop --interval 300 >/dev/null & \
-	DEBUG=1 $(PY) manage.py runserver --noreload --skip-checks $(HOST):$(PORT)
+	$(PY) manage.py run_periodic --loop --interval 300 >/dev/null & \
+	$(PY) manage.py runserver --noreload --skip-checks $(HOST):$(PORT)
 
 ## make test: the whole suite on whatever DATABASE_URL says (SQLite by default), on every
 ## core; tests that start browsers, workers or servers run one at a time (tests/conftest.py).

@@ -12,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from api.renderers import csv_lines
+from api.renderers import csv_download
 from hud import attribution, clock, inputs, selectors
 from hud.models import Downstream
 
@@ -100,9 +100,7 @@ class BackendTests(APIView):
         data = attribution.failed_tests_overview(backend.id, start, now, limit=10_000)
         rows = [test_row(item) for item in data["by_occurrences"]]
         if request.accepted_renderer.format == "csv":
-            response = StreamingHttpResponse(csv_lines(rows, CSV_COLUMNS), content_type="text/csv")
-            response["Content-Disposition"] = f'attachment; filename="{backend.repo}-tests.csv"'
-            return response
+            return csv_download(rows, CSV_COLUMNS, f"{backend.repo}-tests")
         return Response(
             {
                 "downstream": backend.full_name,

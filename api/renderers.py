@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from django.http import StreamingHttpResponse
 from rest_framework.renderers import BaseRenderer
 
 # A cell starting with one of these is run as a formula by spreadsheet programs.
@@ -52,6 +53,15 @@ def csv_lines(rows: Iterable[dict[str, Any]], columns: list[str] | None = None) 
     if not header_written and columns:
         writer.writerow(columns)
         yield buffer.getvalue()
+
+
+def csv_download(
+    rows: Iterable[dict[str, Any]], columns: list[str] | None, filename: str
+) -> StreamingHttpResponse:
+    """A streamed CSV attachment of `rows` (header first, formulas escaped, capped)."""
+    response = StreamingHttpResponse(csv_lines(rows, columns), content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="{filename}.csv"'
+    return response
 
 
 class SafeCSVRenderer(BaseRenderer):

@@ -144,9 +144,18 @@ class BackendStatsSerializer(BackendSerializer):
         """The model fields plus the figures the view attached as `instance.figures`."""
         data = super().to_representation(instance)
         figures = getattr(instance, "figures", None) or {}
-        for name in self.Meta.fields[len(BackendSerializer.Meta.fields) :]:
+        for name in BackendStatsSerializer.Meta.fields[len(BackendSerializer.Meta.fields) :]:
             data[name] = figures.get(name)
         return data
+
+
+class BackendDetailSerializer(BackendStatsSerializer):
+    """A backend as the list shows it (same fields, same values), plus every page figure."""
+
+    stats = serializers.JSONField(read_only=True, help_text="hud.stats.backend_summary as JSON")
+
+    class Meta(BackendStatsSerializer.Meta):
+        fields = [*BackendStatsSerializer.Meta.fields, "stats"]
 
 
 class DailyRowSerializer(serializers.Serializer):

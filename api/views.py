@@ -4,7 +4,7 @@ import datetime as dt
 from typing import Any
 
 from django.db import connection
-from django.http import Http404, HttpRequest, JsonResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, JsonResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.generics import ListAPIView
@@ -13,9 +13,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api import params
-from api.renderers import CSV_ROW_CAP, csv_lines
+from api.renderers import CSV_ROW_CAP, csv_download
 from api.serializers import (
-    BackendSerializer,
+    BackendDetailSerializer,
     BackendStatsSerializer,
     DailyRowSerializer,
     FailedTestRankSerializer,
@@ -37,9 +37,7 @@ class ExportableListView(ListAPIView):
         serializer_class = self.get_serializer_class()
         columns = list(serializer_class().fields.keys())
         rows = (serializer_class(row).data for row in queryset.iterator(chunk_size=2000))
-        response = StreamingHttpResponse(csv_lines(rows, columns), content_type="text/csv")
-        response["Content-Disposition"] = f'attachment; filename="{self.export_name}.csv"'
-        return response
+        return csv_download(rows, columns, self.export_name)
 
     export_name = "export"
 
@@ -125,9 +123,7 @@ class BackendList(ExportableListView):
             backends = _attach_figures(list(queryset[:CSV_ROW_CAP]), days)
             columns = list(self.get_serializer_class()().fields.keys())
             rows = (BackendStatsSerializer(backend).data for backend in backends)
-            response = StreamingHttpResponse(csv_lines(rows, columns), content_type="text/csv")
-            response["Content-Disposition"] = f'attachment; filename="{self.export_name}.csv"'
-            return response
+            return csv_download(rows, columns, self.export_name)
         page = _attach_figures(list(self.paginate_queryset(queryset)), days)
         return self.get_paginated_response(BackendStatsSerializer(page, many=True).data)
 
@@ -135,19 +131,16 @@ class BackendList(ExportableListView):
 class BackendDetail(APIView):
     """One backend, with every figure of its page over a window."""
 
-    @extend_schema(parameters=[DAYS_PARAMETER], responses=BackendSerializer)
+    @extend_schema(parameters=[DAYS_PARAMETER], responses=BackendDetailSerializer)
     def get(self, request: Request, org: str, repo: str) -> Response:
-        """A backend by owner/repo with `stats` (hud.stats.backend_summary); 404 if unknown."""
+        """A backend by owner/repo: its list row plus `stats` (hud.stats.backend_summary)."""
         days = _days(request)
         backend = selectors.backend(f"{org}/{repo}")
         if backend is None:
             raise Http404(f"no backend {org}/{repo}")
-        return Response(
-            {
-                **BackendSerializer(backend).data,
-                "stats": pagedata.backend_stats(backend, days, clock.now()),
-            }
-        )
+        (backend,) = _attach_figures([backend], days)
+        backend.stats = pagedata.backend_stats(backend, days, clock.now())
+        return Response(BackendDetailSerializer(backend).data)
 
 
 def _downstream(request: Request, required: bool = False) -> Downstream | None:
@@ -237,6 +230,22 @@ class FailedTestRanking(APIView):
         return Response({"count": len(rows), "days": days, "results": rows})
 
 
+# The CSV of a PR or commit: one flat row per job, no nested cells.
+JOB_CSV_DROPPED = ("failed_tests", "verdict_evidence", "advisory_triage_verdict")
+
+
+def job_csv_rows(jobs: list[dict[str, Any]], **common: Any) -> list[dict[str, Any]]:
+    """Serialized jobs as flat CSV rows: failed tests as `classname::name` joined by `; `."""
+    rows = []
+    for job in jobs:
+        row = {**common, **{k: v for k, v in job.items() if k not in JOB_CSV_DROPPED}}
+        tests = job.get("failed_tests") or []
+        row["failed_test_count"] = len(tests)
+        row["failed_tests"] = "; ".join(f"{t['classname']}::{t['name']}" for t in tests)
+        rows.append(row)
+    return rows
+
+
 class PullRequestDetail(APIView):
     """Every backend's jobs for one upstream PR, all head SHAs, newest first."""
 
@@ -248,14 +257,11 @@ class PullRequestDetail(APIView):
             raise Http404(f"no results for PR {number}")
         verdicts = attribution.verdicts_for(jobs)
         context = {"verdicts": attribution.index_by_job(verdicts)}
-        return Response(
-            {
-                "pr_number": number,
-                "title": selectors.pr_title(number),
-                "jobs": JobVerdictSerializer(jobs, many=True, context=context).data,
-                "verdicts": verdicts,
-            }
-        )
+        title = selectors.pr_title(number)
+        data = JobVerdictSerializer(jobs, many=True, context=context).data
+        if request.accepted_renderer.format == "csv":
+            return csv_download(job_csv_rows(data, pr_title=title), None, f"pr-{number}")
+        return Response({"pr_number": number, "title": title, "jobs": data, "verdicts": verdicts})
 
 
 class CommitDetail(APIView):
@@ -269,10 +275,13 @@ class CommitDetail(APIView):
             raise Http404(f"no results for commit {sha}")
         view = attribution.commit_view(sha) or {"verdicts": [], "backends": []}
         context = {"verdicts": attribution.index_by_job(view["verdicts"])}
+        data = JobVerdictSerializer(jobs, many=True, context=context).data
+        if request.accepted_renderer.format == "csv":
+            return csv_download(job_csv_rows(data), None, f"commit-{sha.lower()[:12]}")
         return Response(
             {
                 "sha": sha.lower(),
-                "jobs": JobVerdictSerializer(jobs, many=True, context=context).data,
+                "jobs": data,
                 "verdicts": view["verdicts"],
                 "cross_backend": view["backends"],
             }

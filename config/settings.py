@@ -41,11 +41,11 @@ DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env("SECRET_KEY")
 # Test runs bring their own keys and databases; they are never a production start.
 TESTING = "pytest" in sys.modules or sys.argv[1:2] == ["test"]
+SERVER_DATABASE = not (env("DATABASE_URL") or "sqlite").startswith("sqlite")
 if not SECRET_KEY:
     # Production is recognised by its database: DEBUG off against a server database (not the
     # embedded SQLite file) refuses to start without a key instead of using a public one.
-    server_database = not (env("DATABASE_URL") or "sqlite").startswith("sqlite")
-    production = not DEBUG and not TESTING and server_database
+    production = not DEBUG and not TESTING and SERVER_DATABASE
     if production or (not DEBUG and env_bool("CRCR_REQUIRE_SECRET_KEY", False)):
         raise ImproperlyConfigured(
             "SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off and DATABASE_URL "
@@ -53,6 +53,8 @@ if not SECRET_KEY:
         )
     # Embedded default only: a key derived from nothing secret. Production sets SECRET_KEY.
     SECRET_KEY = "embedded-default-insecure-key-set-SECRET_KEY-in-production"
+# The sign-in page lists the demo's sign-ins (those whose users exist) in the embedded default.
+CRCR_SHOW_DEMO_SIGN_INS = env_bool("CRCR_SHOW_DEMO_SIGN_INS", not SERVER_DATABASE)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 
@@ -184,6 +186,8 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/crcr"
+# Signing out lands on the HUD, not on the Django admin's "logged out" page.
+LOGOUT_REDIRECT_URL = "/crcr"
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
@@ -245,6 +249,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # api.openapi adds the webhook, callback and forward endpoints (plain Django views) with
+    # their auth, and drops the session-cookie lock from the public reads.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "api.openapi.document_ingestion",
+    ],
 }
 
 # --- CRCR ---------------------------------------------------------------------------------

@@ -1,12 +1,10 @@
 """Top-level URLs: the HTTP interfaces (api) and the pages (hud)."""
 
 from django.contrib import admin
-from django.contrib.auth.views import LoginView
 from django.urls import include, path
 
 from api.metrics import metrics_view
 from hud import accounts, converters, delivery_views
-from hud.sign_in import SignInForm
 
 converters.register()
 
@@ -14,7 +12,7 @@ urlpatterns = [
     path("django-admin/", admin.site.urls),
     # Django's login/logout (names `login`, `logout`) first: password sign-in keeps its page,
     # throttled by allauth's failed-login rate limit.
-    path("accounts/login/", LoginView.as_view(authentication_form=SignInForm), name="login"),
+    path("accounts/login/", accounts.SignInView.as_view(), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     # allauth's GitHub views, with the URLs taken from settings at request time (hud.accounts).
     path("accounts/github/login/", accounts.github_login, name="github_login"),

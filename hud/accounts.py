@@ -24,16 +24,30 @@ from allauth.socialaccount.providers.oauth2.views import OAuth2CallbackView, OAu
 from allauth.socialaccount.signals import social_account_added, social_account_updated
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, Group
+from django.contrib.auth.views import LoginView
 from django.db import transaction
 from django.dispatch import receiver
 from django.http import HttpRequest
 
+from hud import demo
 from hud.models import BackendMaintainer, Downstream
 from hud.promotion import ADMIN_GROUP
-from hud.sign_in import when_github_configured
+from hud.sign_in import SignInForm, when_github_configured
 
 logger = logging.getLogger(__name__)
 PROVIDER_ID = "github"
+
+
+class SignInView(LoginView):
+    """Password sign-in under allauth's rate limit, with the demo's sign-ins where it runs."""
+
+    authentication_form = SignInForm
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        """The login form's context plus `demo_sign_ins` (empty outside the demo)."""
+        context = super().get_context_data(**kwargs)
+        context["demo_sign_ins"] = demo.sign_ins()
+        return context
 
 
 # --- allauth wiring -------------------------------------------------------------------------

@@ -12,37 +12,45 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_POST
 
-from hud import promotion, selectors
+from hud import clock, promotion, selectors
 from hud.models import DemotionWarning, Downstream, Job, Level, LevelOverride, PromotionRequest
 
 LEVEL_CHOICES = [(level.value, level.label) for level in Level]
 
 
-class RequestForm(forms.Form):
+class MarkedForm(forms.Form):
+    """A form whose required fields carry a visible mark and whose errors sit at the field."""
+
+    required_css_class = "required"
+    error_css_class = "invalid"
+
+
+class RequestForm(MarkedForm):
     """A maintainer's level-change request."""
 
     to_level = forms.TypedChoiceField(choices=LEVEL_CHOICES, coerce=int, label="Target level")
     device = forms.CharField(
         max_length=100,
         required=False,
-        help_text="L3 only: the label ciflow/crcr/<device> turns checks on",
+        label="Device (required for L3)",
+        help_text="the label ciflow/crcr/<device> turns checks on",
     )
     oncalls = forms.CharField(
         max_length=500,
         required=False,
-        label="On-calls",
-        help_text="GitHub logins, comma-separated (L3 and L4)",
+        label="On-calls (required for L3 and L4)",
+        help_text="GitHub logins, comma-separated",
     )
     reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 4}), required=False)
 
 
-class DecisionForm(forms.Form):
+class DecisionForm(MarkedForm):
     """An admin's comment on a decision."""
 
     comment = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
 
 
-class OverrideForm(forms.Form):
+class OverrideForm(MarkedForm):
     """A temporary downgrade."""
 
     downstream = forms.ModelChoiceField(queryset=Downstream.objects.filter(delisted=False))
@@ -51,7 +59,7 @@ class OverrideForm(forms.Form):
     reason = forms.CharField(max_length=2000)
 
 
-class ExclusionForm(forms.Form):
+class ExclusionForm(MarkedForm):
     """An incident window or a job taken out of gating."""
 
     downstream = forms.ModelChoiceField(queryset=Downstream.objects.filter(delisted=False))
@@ -74,17 +82,28 @@ def _report(request: HttpRequest, error: ValidationError) -> None:
             messages.error(request, f"{field}: {problem}")
 
 
-def admin_home(request: HttpRequest) -> HttpResponse:
-    """Pending requests, demotion warnings, overrides, exclusions and the level history."""
+def _admin_page(
+    request: HttpRequest,
+    override_form: OverrideForm | None = None,
+    exclusion_form: ExclusionForm | None = None,
+) -> HttpResponse:
+    """The admin page; a refused form comes back bound, with its errors at the fields (400)."""
     context = promotion.admin_overview()
     context.update(
         nav="admin",
         is_admin=promotion.is_admin(request.user),
-        override_form=OverrideForm(),
-        exclusion_form=ExclusionForm(),
+        override_form=override_form or OverrideForm(),
+        exclusion_form=exclusion_form or ExclusionForm(),
         decision_form=DecisionForm(),
+        today=clock.now().date(),
     )
-    return render(request, "hud/admin.html", context)
+    refused = override_form is not None or exclusion_form is not None
+    return render(request, "hud/admin.html", context, status=400 if refused else 200)
+
+
+def admin_home(request: HttpRequest) -> HttpResponse:
+    """Pending requests, demotion warnings, overrides, exclusions and the level history."""
+    return _admin_page(request)
 
 
 def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
@@ -129,7 +148,7 @@ def request_change(request: HttpRequest, org: str, repo: str) -> HttpResponse:
                 reason=form.cleaned_data["reason"],
             )
         except ValidationError as error:
-            _report(request, error)
+            form.add_error(None, error)
         else:
             messages.success(request, "Request filed; an admin will decide it.")
             return HttpResponseRedirect(f"/crcr/admin/requests/{item.pk}")
@@ -177,12 +196,12 @@ def create_override(request: HttpRequest) -> HttpResponse:
                 form.cleaned_data["expires_at"],
                 form.cleaned_data["reason"],
             )
-            messages.success(request, "Override in force.")
         except ValidationError as error:
-            _report(request, error)
-    else:
-        _report(request, ValidationError(form.errors))
-    return HttpResponseRedirect("/crcr/admin")
+            form.add_error(None, error)
+        else:
+            messages.success(request, "Override in force.")
+            return HttpResponseRedirect("/crcr/admin")
+    return _admin_page(request, override_form=form)
 
 
 @require_POST
@@ -212,12 +231,12 @@ def create_exclusion(request: HttpRequest) -> HttpResponse:
                 end=data.get("end"),
                 job=job,
             )
-            messages.success(request, "Excluded from gating.")
         except ValidationError as error:
-            _report(request, error)
-    else:
-        _report(request, ValidationError(form.errors))
-    return HttpResponseRedirect("/crcr/admin")
+            form.add_error(None, error)
+        else:
+            messages.success(request, "Excluded from gating.")
+            return HttpResponseRedirect("/crcr/admin")
+    return _admin_page(request, exclusion_form=form)
 
 
 @require_POST

@@ -28,13 +28,20 @@ SUCCESS_COLOUR = OKABE_ITO[0]
 FAILURE_COLOUR = OKABE_ITO[1]
 BAND_FILL = "rgba(0, 114, 178, 0.18)"
 BASE_LAYOUT: dict[str, Any] = {
-    "margin": {"l": 55, "r": 20, "t": 70, "b": 40},
+    # Room below the x axis for the date ticks' second line (the year) and the legend.
+    "margin": {"l": 55, "r": 40, "t": 60, "b": 60},
     "height": 300,
     "hovermode": "x unified",
-    "legend": {"orientation": "h", "y": -0.2},
+    "legend": {"orientation": "h", "y": -0.25},
     "font": {"family": "system-ui, sans-serif", "size": 12},
     "template": "plotly_white",
+    # A vertical toolbar on the right edge stays clear of the title on the left.
+    "modebar": {"orientation": "v"},
 }
+NO_DATA = "No results in this window"
+PANEL_HEIGHT = 150
+# Below this many units a count axis ticks every 1 (plotly's own choice would tick by 0.5).
+SMALL_COUNT = 6
 
 
 def figure_json(figure: go.Figure) -> dict[str, Any]:
@@ -56,10 +63,17 @@ def _percent(series: pd.Series) -> list[float | None]:
 
 
 def _band(days: list[str], rows: pd.DataFrame, **extra: Any) -> go.Scatter:
-    """The shaded 95% interval of a daily rate: up along `high`, back along `low`."""
+    """The shaded 95% interval of a daily rate: up along `high`, back along `low`.
+
+    Days without a value have no interval (a 0–100 % "interval" of nothing is not shown).
+    """
+    known = rows["value" if "value" in rows else "pass_rate"].notna()
+    high = _percent(rows["high"].where(known))
+    low = _percent(rows["low"].where(known))
     return go.Scatter(
         x=days + days[::-1],
-        y=_percent(rows["high"]) + _percent(rows["low"])[::-1],
+        y=high + low[::-1],
+        mode="lines",
         fill="toself",
         fillcolor=BAND_FILL,
         line={"width": 0},
@@ -69,8 +83,30 @@ def _band(days: list[str], rows: pd.DataFrame, **extra: Any) -> go.Scatter:
     )
 
 
+def has_data(daily: pd.DataFrame) -> bool:
+    """Whether a daily frame holds any counted job or any run (else the chart says so)."""
+    return not daily.empty and bool((daily["n"] > 0).any() or (daily["runs"] > 0).any())
+
+
+def _no_data(title: str) -> go.Figure:
+    """An honest empty chart: the title and a note, no axes, no band, no traces."""
+    figure = go.Figure()
+    figure.add_annotation(text=NO_DATA, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    return _layout(figure, title, height=140, xaxis={"visible": False}, yaxis={"visible": False})
+
+
+def count_axis(maximum: float) -> dict[str, Any]:
+    """A y axis for counts: from zero, whole-number ticks only."""
+    axis: dict[str, Any] = {"rangemode": "tozero", "tickformat": ",d"}
+    if maximum < SMALL_COUNT:
+        axis["dtick"] = 1
+    return axis
+
+
 def pass_rate_figure(daily: pd.DataFrame) -> go.Figure:
     """Daily job pass rate (latest attempt) with its 95% Wilson band; hollow when n < min."""
+    if not has_data(daily):
+        return _no_data("Job pass rate per day (%)")
     days = _days(daily)
     figure = go.Figure()
     figure.add_trace(_band(days, daily))
@@ -97,6 +133,8 @@ def pass_rate_figure(daily: pd.DataFrame) -> go.Figure:
 
 def volume_figure(daily: pd.DataFrame) -> go.Figure:
     """Logical jobs per day by outcome (stacked) and attempts per day (line)."""
+    if not has_data(daily):
+        return _no_data("Volume per day")
     days = _days(daily)
     figure = go.Figure()
     figure.add_trace(
@@ -122,11 +160,14 @@ def volume_figure(daily: pd.DataFrame) -> go.Figure:
             line={"color": OKABE_ITO[7], "dash": "dot"},
         )
     )
-    return _layout(figure, "Volume per day", barmode="stack")
+    tallest = max((daily["successes"] + daily["failures"]).max(), daily["runs"].max())
+    return _layout(figure, "Volume per day", barmode="stack", yaxis=count_axis(tallest))
 
 
 def duration_figure(daily: pd.DataFrame) -> go.Figure:
     """Mean and median execution and end-to-end minutes per day."""
+    if not has_data(daily):
+        return _no_data("Durations per day (minutes)")
     days = _days(daily)
     figure = go.Figure()
     series = (
@@ -202,48 +243,80 @@ def gate_history_figure(history: pd.DataFrame) -> go.Figure:
     )
 
 
+def _panels(backends: list[str], title: str) -> go.Figure:
+    """One full-width panel per backend, sharing the day axis (small multiples)."""
+    figure = make_subplots(
+        rows=len(backends),
+        cols=1,
+        shared_xaxes=True,
+        subplot_titles=backends,
+        vertical_spacing=min(0.08, 0.5 / len(backends)),
+    )
+    return _layout(figure, title, height=90 + PANEL_HEIGHT * len(backends), showlegend=False)
+
+
+def _backends(daily: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(daily["downstream"])) if not daily.empty else []
+
+
 def backends_pass_rate_figure(daily: pd.DataFrame) -> go.Figure:
-    """Daily pass rate, one line per backend (a band too when only one backend is shown)."""
-    figure = go.Figure()
-    backends = list(dict.fromkeys(daily["downstream"])) if not daily.empty else []
-    for index, name in enumerate(backends):
+    """Daily pass rate, one panel per backend with its 95% band."""
+    title = "Job pass rate per day (%)"
+    if not has_data(daily):
+        return _no_data(title)
+    backends = _backends(daily)
+    figure = _panels(backends, title)
+    for index, name in enumerate(backends, start=1):
         rows = daily[daily["downstream"] == name]
         days = _days(rows)
-        if len(backends) == 1:
-            figure.add_trace(_band(days, rows))
+        figure.add_trace(_band(days, rows), row=index, col=1)
         figure.add_trace(
             go.Scatter(
                 x=days,
                 y=_percent(rows["pass_rate"]),
                 mode="lines+markers",
                 name=name,
-                line={"color": OKABE_ITO[index % len(OKABE_ITO)]},
-                marker={"symbol": index % 20},
+                line={"color": SUCCESS_COLOUR},
+                marker={
+                    "symbol": [
+                        "circle" if ok else "circle-open" for ok in rows["sufficient"].astype(bool)
+                    ],
+                    "size": 6,
+                },
                 customdata=rows["n"].tolist(),
-                hovertemplate="%{y:.1f}% of %{customdata}",
-            )
+                hovertemplate="%{y:.1f}% of %{customdata}<extra>" + name + "</extra>",
+            ),
+            row=index,
+            col=1,
         )
-    return _layout(
-        figure, "Job pass rate per day (%)", yaxis={"range": [0, 100.5], "ticksuffix": "%"}
-    )
+        figure.update_yaxes(range=[0, 100.5], ticksuffix="%", dtick=50, row=index, col=1)
+    return figure
 
 
 def backends_count_figure(daily: pd.DataFrame, column: str) -> go.Figure:
-    """A daily count (`failures` or `runs`) per backend as grouped bars."""
-    figure = go.Figure()
-    backends = list(dict.fromkeys(daily["downstream"])) if not daily.empty else []
-    for index, name in enumerate(backends):
+    """A daily count (`failures` or `runs`) per backend, one panel per backend."""
+    titles = {
+        "failures": "Failed, timed out or cancelled per day",
+        "runs": "Attempts that ran per day",
+    }
+    title = titles.get(column, column)
+    if not has_data(daily):
+        return _no_data(title)
+    backends = _backends(daily)
+    figure = _panels(backends, title)
+    colour = FAILURE_COLOUR if column == "failures" else SUCCESS_COLOUR
+    for index, name in enumerate(backends, start=1):
         rows = daily[daily["downstream"] == name]
         figure.add_trace(
             go.Bar(
                 x=_days(rows),
                 y=rows[column].tolist(),
                 name=name,
-                marker_color=OKABE_ITO[index % len(OKABE_ITO)],
-            )
+                marker_color=colour,
+                hovertemplate="%{y}<extra>" + name + "</extra>",
+            ),
+            row=index,
+            col=1,
         )
-    titles = {
-        "failures": "Failed, timed out or cancelled per day",
-        "runs": "Attempts that ran per day",
-    }
-    return _layout(figure, titles.get(column, column), barmode="group")
+        figure.update_yaxes(**count_axis(float(rows[column].max())), row=index, col=1)
+    return figure

@@ -24,6 +24,7 @@ from hud.models import Dispatch, Downstream, FailedTest, Job, Level, LevelOverri
 from hud.stats import Estimate, OutcomeCounts
 
 if TYPE_CHECKING:
+    from hud.models import DemotionWarning, GateEvaluation, PromotionRequest
     from hud.promotion import User
 
 DEFAULT_DAYS = 7
@@ -41,6 +42,9 @@ METRICS_TABS = {
     "nightly": NIGHTLY_EVENTS,
 }
 # A backend is stale when its last result is older than this many of its usual gaps.
+# Pass-rate colour bands of `/crcr` (as upstream's HUD), used when the gate raises no alarm.
+RATE_GOOD = 0.95
+RATE_WARN = 0.8
 STALE_GAP_FACTOR = 2.0
 STALE_MIN_SECONDS = 3600.0
 MIN_RESULTS_FOR_GAP = 5
@@ -68,6 +72,53 @@ class Window:
     def ending(cls, now: dt.datetime, days: int) -> Window:
         """The window of `days` days ending at `now`."""
         return cls(days, now - dt.timedelta(days=days), now)
+
+    @property
+    def calendar_days(self) -> int:
+        """UTC dates the window touches: `days` + 1 unless it starts at midnight."""
+        last = (self.end - dt.timedelta(microseconds=1)).date()
+        return (last - self.start.date()).days + 1
+
+
+@dataclass(frozen=True)
+class BackendState:
+    """What needs a decision about a backend now: a warning, a pending request, the gate."""
+
+    warning: DemotionWarning | None = None
+    overdue: bool = False
+    pending: PromotionRequest | None = None
+    evaluation: GateEvaluation | None = None
+
+    @property
+    def demoting(self) -> bool:
+        """The latest daily evaluation found a demotion rule holding."""
+        return self.evaluation is not None and self.evaluation.retention == "demote"
+
+    @property
+    def at_risk(self) -> bool:
+        """An open demotion warning or a demoting gate: shown and sorted as bad."""
+        return self.warning is not None or self.demoting
+
+
+# Daily evaluations older than this are not news (the evaluation runs every day).
+STATE_EVALUATION_DAYS = 2
+
+
+def backend_states(downstream_ids: list[int], now: dt.datetime) -> dict[int, BackendState]:
+    """Each backend's state for `/crcr` and its page, in three queries for any count."""
+    warnings = selectors.open_warnings(downstream_ids)
+    pending = selectors.pending_requests(downstream_ids)
+    since = (now - dt.timedelta(days=STATE_EVALUATION_DAYS)).date()
+    evaluations = selectors.latest_evaluations(downstream_ids, since)
+    return {
+        backend_id: BackendState(
+            warning=warnings.get(backend_id),
+            overdue=backend_id in warnings and warnings[backend_id].deadline < now.date(),
+            pending=pending.get(backend_id),
+            evaluation=evaluations.get(backend_id),
+        )
+        for backend_id in downstream_ids
+    }
 
 
 def cell_status(status: str, conclusion: str, stuck: bool) -> str:
@@ -115,12 +166,30 @@ class SummaryRow:
     usual_gap: float | None
     stale: bool
     on_hud: bool = True
+    state: BackendState = field(default_factory=BackendState)
 
     @property
     def sort_key(self) -> tuple:
-        """Worst first: lowest pass rate, backends without data after those with data."""
+        """Worst first: at risk of demotion, then lowest pass rate; no data after data."""
         value = self.pass_rate.value
-        return (value is None, value if value is not None else 0.0, self.backend.full_name)
+        return (
+            not self.state.at_risk,
+            value is None,
+            value if value is not None else 0.0,
+            self.backend.full_name,
+        )
+
+    @property
+    def rate_class(self) -> str:
+        """The pass rate's colour: the gate's verdict first, then the rate's band."""
+        value = self.pass_rate.value
+        if self.state.at_risk:
+            return "rate-bad"
+        if value is None:
+            return "rate-none"
+        if value >= RATE_GOOD:
+            return "rate-good"
+        return "rate-warn" if value >= RATE_WARN else "rate-bad"
 
 
 def window_figures(frame: stats.Jobs, window: Window, now: dt.datetime) -> dict[str, Any]:
@@ -169,6 +238,7 @@ def summary_rows(backends: list[Downstream], window: Window, now: dt.datetime) -
     on_hud = [b.id for b in backends if b.level >= Level.L2]
     frame = selectors.jobs_frame(window.start, window.end, on_hud) if on_hud else None
     overrides = selectors.active_overrides([b.id for b in backends], now)
+    states = backend_states([b.id for b in backends], now)
     parts = _split_by_backend(stats.prepare(frame)) if frame is not None else {}
     rows = []
     for backend in backends:
@@ -191,6 +261,7 @@ def summary_rows(backends: list[Downstream], window: Window, now: dt.datetime) -
                 stale=backend.level >= Level.L2
                 and is_stale(figures["last_result_at"], figures["usual_gap"], window),
                 on_hud=backend.level >= Level.L2,
+                state=states[backend.id],
             )
         )
     return rows
@@ -367,6 +438,19 @@ class BackendPage:
     filters: MatrixFilters
     adjusted: AdjustedPassRate | None = None
     can_request: bool = False
+    state: BackendState = field(default_factory=BackendState)
+
+    @property
+    def gate_figures(self) -> dict[str, Any]:
+        """The gate's value of each metric a headline card also shows, by metric name.
+
+        The promotion criterion wins over the demotion rule of the same metric (the same
+        number over the same window, but the promotion one is the decision being asked).
+        """
+        evaluation = self.gate.evaluation
+        figures = {c.metric: c for c in evaluation.demotion_criteria}
+        figures.update({c.metric: c for c in evaluation.criteria})
+        return figures
 
 
 @dataclass
@@ -494,6 +578,7 @@ def backend_page(
         filters=filters,
         adjusted=adjusted_pass_rate(gate.adjusted),
         can_request=user is not None and promotion.maintains(user, backend),
+        state=backend_states([backend.id], now)[backend.id],
     )
 
 
@@ -818,6 +903,62 @@ def pr_page(number: int, now: dt.datetime) -> ResultsPage | None:
         for run in state["check_runs"]
     ]
     return page
+
+
+EMBED_FAILING = ("failure", "timed_out", "stuck")
+EMBED_PENDING = ("in_progress",)
+
+
+def pr_summary(number: int, now: dt.datetime) -> dict[str, Any] | None:
+    """The compact state of a PR's newest head SHA, per backend (embed, JSON and badge).
+
+    Each logical job counts once, by its latest attempt; a job stuck in progress counts as
+    failing. `state` is failure when any job fails, pending while any runs, else success.
+    """
+    jobs = list(selectors.jobs(selectors.JobFilters(pr=number)))
+    if not jobs:
+        return None
+    head_sha = jobs[0].head_sha  # newest first: the newest head SHA reported
+    latest: dict[tuple[str, str, str], Job] = {}
+    for job in jobs:
+        if job.head_sha != head_sha:
+            continue
+        key = (job.downstream.full_name, job.workflow_name, job.job_name)
+        if key not in latest or job.run_attempt > latest[key].run_attempt:
+            latest[key] = job
+    backends: dict[str, dict[str, Any]] = {}
+    for (name, _, _), job in sorted(latest.items()):
+        since = job.in_progress_received_at or job.placed_at
+        stuck = job.status == "in_progress" and since < now - stats.DEFAULT_STUCK_AFTER
+        status = cell_status(job.status, job.conclusion, stuck)
+        entry = backends.setdefault(
+            name,
+            {"downstream": name, "level": f"L{job.downstream.level}", "url": f"/crcr/{name}",
+             "failing": 0, "pending": 0, "passing": 0, "jobs": 0},
+        )  # fmt: skip
+        entry["jobs"] += 1
+        if status in EMBED_FAILING:
+            entry["failing"] += 1
+        elif status in EMBED_PENDING:
+            entry["pending"] += 1
+        elif status == "success":
+            entry["passing"] += 1
+    rows = list(backends.values())
+    for entry in rows:
+        entry["state"] = _embed_state(entry["failing"], entry["pending"])
+    return {
+        "pr_number": number,
+        "head_sha": head_sha,
+        "state": _embed_state(sum(e["failing"] for e in rows), sum(e["pending"] for e in rows)),
+        "backends": rows,
+        "url": f"/crcr/pr/{number}",
+    }
+
+
+def _embed_state(failing: int, pending: int) -> str:
+    if failing:
+        return "failure"
+    return "in_progress" if pending else "success"
 
 
 def cross_backend_rows(backends: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -9,12 +9,14 @@ from django.db.models import Count, Max, OuterRef, Prefetch, QuerySet, Subquery
 from hud import stats
 from hud.models import (
     Delivery,
+    DemotionWarning,
     Dispatch,
     Downstream,
     FailedTest,
     GateEvaluation,
     Job,
     LevelOverride,
+    PromotionRequest,
 )
 
 
@@ -170,6 +172,36 @@ def gate_evaluations(downstream_id: int, since: dt.date) -> list[tuple[dt.date, 
     """A backend's stored daily gate evaluations from `since`, oldest first: (day, detail)."""
     rows = GateEvaluation.objects.filter(downstream_id=downstream_id, day__gte=since)
     return list(rows.order_by("day").values_list("day", "detail"))
+
+
+def open_warnings(downstream_ids: list[int]) -> dict[int, DemotionWarning]:
+    """The open demotion warning of each backend that has one (at most one each, one query)."""
+    rows = DemotionWarning.objects.filter(
+        downstream_id__in=downstream_ids, status=DemotionWarning.Status.OPEN
+    )
+    return {warning.downstream_id: warning for warning in rows}
+
+
+def pending_requests(downstream_ids: list[int]) -> dict[int, PromotionRequest]:
+    """The pending level-change request of each backend that has one (one query)."""
+    rows = PromotionRequest.objects.filter(
+        downstream_id__in=downstream_ids, status=PromotionRequest.Status.PENDING
+    ).order_by("downstream_id", "-requested_at")
+    pending: dict[int, PromotionRequest] = {}
+    for item in rows:
+        pending.setdefault(item.downstream_id, item)
+    return pending
+
+
+def latest_evaluations(downstream_ids: list[int], since: dt.date) -> dict[int, GateEvaluation]:
+    """Each backend's newest daily gate evaluation on or after `since` (one query)."""
+    rows = GateEvaluation.objects.filter(downstream_id__in=downstream_ids, day__gte=since).order_by(
+        "downstream_id", "-day"
+    )
+    latest: dict[int, GateEvaluation] = {}
+    for evaluation in rows.only("downstream_id", "day", "retention", "stable_retention"):
+        latest.setdefault(evaluation.downstream_id, evaluation)
+    return latest
 
 
 def latest_attempt_rows(ids: list[int]) -> dict[int, Job]:

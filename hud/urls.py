@@ -14,6 +14,9 @@ urlpatterns = [
     path("crcr/metrics", views.metrics, name="metrics"),
     path("crcr/go", views.go, name="go"),
     path("crcr/pr/<pr:number>", views.pull_request, name="pr"),
+    path("crcr/pr/<pr:number>/embed", views.pr_embed, name="pr-embed"),
+    path("crcr/pr/<pr:number>/summary.json", views.pr_summary_json, name="pr-summary"),
+    path("crcr/pr/<pr:number>/badge.svg", views.pr_badge, name="pr-badge"),
     path("crcr/commit/<str:sha>", views.commit, name="commit"),
     # Keep last: it would shadow any two-segment route below it.
     path("crcr/<str:org>/<str:repo>", views.backend, name="backend"),

@@ -9,8 +9,10 @@ import re
 from urllib.parse import urlencode
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse, QueryDict
 from django.shortcuts import render
+from django.template.loader import render_to_string
+from django.views.decorators.clickjacking import xframe_options_exempt
 
 from hud import allowlist, clock, inputs, pagedata, selectors
 from hud.pagedata import MatrixFilters
@@ -176,6 +178,42 @@ def pull_request(request: HttpRequest, number: int) -> HttpResponse:
         return not_found(request, f"Nothing is known about PR #{number}.")
     context = {"nav": "summary", "data": data, "number": number, "kind": "pr"}
     return render(request, "hud/results.html", context)
+
+
+# Embeds are read often by other pages (upstream's HUD, bot comments): a short shared cache.
+EMBED_CACHE_SECONDS = 60
+
+
+def _embed_headers(response: HttpResponse) -> HttpResponse:
+    response["Cache-Control"] = f"public, max-age={EMBED_CACHE_SECONDS}"
+    return response
+
+
+@xframe_options_exempt
+def pr_embed(request: HttpRequest, number: int) -> HttpResponse:
+    """`/crcr/pr/<n>/embed`: the PR's state per backend, compact, for an iframe elsewhere."""
+    data = pagedata.pr_summary(number, clock.now())
+    if data is None:
+        return not_found(request, f"Nothing is known about PR #{number}.")
+    return _embed_headers(render(request, "hud/pr_embed.html", {"data": data}))
+
+
+def pr_summary_json(request: HttpRequest, number: int) -> HttpResponse:
+    """`/crcr/pr/<n>/summary.json`: the embed's content as JSON (for bots and other HUDs)."""
+    data = pagedata.pr_summary(number, clock.now())
+    if data is None:
+        return JsonResponse({"ok": False, "error": "not_found", "pr_number": number}, status=404)
+    response = JsonResponse(data)
+    response["Access-Control-Allow-Origin"] = "*"
+    return _embed_headers(response)
+
+
+def pr_badge(request: HttpRequest, number: int) -> HttpResponse:
+    """`/crcr/pr/<n>/badge.svg`: a status badge (symbol + word, AA contrast) for a comment."""
+    data = pagedata.pr_summary(number, clock.now())
+    state = data["state"] if data else "none"
+    svg = render_to_string("hud/pr_badge.svg", {"state": state, "number": number})
+    return _embed_headers(HttpResponse(svg, content_type="image/svg+xml"))
 
 
 def commit(request: HttpRequest, sha: str) -> HttpResponse:

@@ -1,4 +1,5 @@
-"""Template helpers: status badges (symbol + word + colour), percentages, durations, intervals.
+"""Template helpers: status badges (symbol + word + colour), percentages, durations, intervals,
+times.
 
 Everything goes through `format_html`, so data is escaped; nothing is marked safe unescaped.
 """
@@ -158,6 +159,32 @@ def short_sha(sha: str) -> str:
 def get(mapping: dict, key: Any) -> Any:
     """`mapping[key]` in a template."""
     return mapping.get(key) if mapping else None
+
+
+TIME_FORMATS = {
+    "long": "%Y-%m-%d %H:%M UTC",
+    "seconds": "%Y-%m-%d %H:%M:%S UTC",
+    "short": "%m-%d %H:%M",
+}
+
+
+@register.filter
+def when(value: str | dt.datetime | None, style: str = "long") -> SafeString | str:
+    """The one way a time is shown: UTC in the page, the reader's own time on hover.
+
+    `long` is `2026-11-30 17:32 UTC`, `seconds` adds the seconds, `short` (tables) is
+    `11-30 17:32`; static/hud/time.js puts the reader's local time in the title.
+    """
+    moment = isodate(value)
+    if moment is None:
+        return "—"
+    moment = moment.astimezone(dt.UTC)
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        moment.isoformat().replace("+00:00", "Z"),
+        moment.strftime(TIME_FORMATS["long"]),
+        moment.strftime(TIME_FORMATS[style]),
+    )
 
 
 @register.filter

@@ -251,3 +251,49 @@ def test_password_sign_in_succeeds_under_the_limit(client):
     )
     assert response.status_code == 302
     assert client.session["_auth_user_id"]
+
+
+def test_login_page_lists_the_demo_sign_ins_when_the_demo_users_exist(client, settings):
+    settings.CRCR_SHOW_DEMO_SIGN_INS = True
+    assert b"demo-sign-ins" not in client.get("/accounts/login/").content
+
+    ensure_demo_users()
+    html = client.get("/accounts/login/?next=/crcr/admin").content.decode()
+
+    for login, password, _, _ in DEMO_USERS:
+        assert (
+            f'<tr data-login="{login}"><td><code>{login}</code></td><td><code>{password}</code>'
+            in html
+        )
+        assert f"Sign in as {login}</button>" in html
+    assert html.count('name="next" value="/crcr/admin"') == len(DEMO_USERS) + 1
+
+
+def test_login_page_hides_the_demo_sign_ins_outside_the_demo(client, settings):
+    ensure_demo_users()
+    settings.CRCR_SHOW_DEMO_SIGN_INS = False
+
+    html = client.get("/accounts/login/").content.decode()
+
+    assert "demo-sign-ins" not in html
+    assert DEMO_USERS[0][1] not in html
+
+
+def test_demo_admin_can_use_the_django_admin():
+    ensure_demo_users()
+    ensure_demo_users()  # idempotent: a second seed changes nothing
+    login, password, _, _ = DEMO_USERS[0]
+    client = Client()
+    assert client.login(username=login, password=password)
+
+    assert client.get("/django-admin/").status_code == 200
+    for model in ("notificationtarget", "notification", "backendmaintainer"):
+        assert client.get(f"/django-admin/hud/{model}/").status_code == 200
+    assert client.get("/django-admin/hud/notificationtarget/add/").status_code == 200
+    assert client.get("/django-admin/auth/user/add/").status_code == 200
+    assert client.get("/django-admin/hud/notification/add/").status_code == 403
+
+    maintainer_login, maintainer_password, _, _ = DEMO_USERS[1]
+    other = Client()
+    assert other.login(username=maintainer_login, password=maintainer_password)
+    assert other.get("/django-admin/").status_code == 302  # not staff: sent to the admin login

@@ -121,3 +121,15 @@ def test_failed_tests_csv_export(client, seeded):
     table = rows_of_csv(client.get("/api/v1/failed-tests?downstream=org/repo&format=csv"))
 
     assert table[0]["name"] == "test_add"
+
+
+@pytest.mark.parametrize("name", ["org/repo", "other/accel", "quiet/l1"])
+def test_backend_detail_has_the_list_rows_shape_and_values(client, seeded, name):
+    listed = {
+        row["full_name"]: row for row in client.get("/api/v1/backends/?days=7").json()["results"]
+    }[name]
+    detail = client.get(f"/api/v1/backends/{name}/?days=7").json()
+
+    assert list(detail) == [*listed, "stats"]
+    assert {key: detail[key] for key in listed} == listed
+    assert detail["effective_level"] == listed["effective_level"]

@@ -328,6 +328,24 @@ def test_pr_returns_its_jobs_with_failed_tests(client, rows):
     assert body["jobs"][1]["failed_tests"] == []
 
 
+@pytest.mark.parametrize("url", ["/api/v1/prs/1234", f"/api/v1/commits/{SHA_A}"])
+def test_pr_and_commit_csv_is_flat_one_row_per_job(client, rows, url):
+    table = read_csv(client.get(f"{url}?format=csv"))
+
+    header, body = table[0], table[1:]
+    by_id = {int(row[header.index("id")]): dict(zip(header, row, strict=True)) for row in body}
+    assert set(by_id) == {rows["pr_test"], rows["pr_build"]}
+    failing = by_id[rows["pr_test"]]
+    assert failing["failed_test_count"] == "2"
+    assert failing["failed_tests"].endswith("::test_add; " + failing["failed_tests"].split("; ")[1])
+    assert by_id[rows["pr_build"]]["failed_tests"] == ""
+    assert {"downstream", "job_name", "conclusion", "verdict", "head_sha"} <= set(header)
+    assert "verdict_evidence" not in header
+    assert not any(cell.startswith(("{", "[")) for row in body for cell in row)
+    if "prs" in url:
+        assert "pr_title" in header
+
+
 def test_unknown_pr_is_404_with_the_error_body(client, rows):
     body = assert_error(client.get("/api/v1/prs/999999"), 404, None)
 
@@ -483,3 +501,26 @@ def test_readyz_checks_the_database(client, db):
 
     assert response.status_code == 200
     assert response.json() == {"ok": True, "database": "ok"}
+
+
+def test_schema_lists_the_ingestion_endpoints_with_their_auth_and_no_lock_on_reads(client, db):
+    schema = client.get("/api/schema/?format=json").json()
+
+    expected = {
+        "/github/webhook": "webhookSignature",
+        "/github/callback": "githubOidc",
+        "/api/crcr/results": "relayBotKey",
+    }
+    for path, scheme in expected.items():
+        operation = schema["paths"][path]["post"]
+        assert operation["security"] == [{scheme: []}]
+        assert scheme in schema["components"]["securitySchemes"]
+        assert "401" in operation["responses"] and "413" in operation["responses"]
+    reads = [
+        operation
+        for path, operations in schema["paths"].items()
+        if path.startswith("/api/v1/")
+        for operation in operations.values()
+    ]
+    assert reads and all("security" not in operation for operation in reads)
+    assert "cookieAuth" not in schema["components"]["securitySchemes"]

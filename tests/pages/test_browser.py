@@ -1,6 +1,7 @@
 """The pages in headless Chromium: demo data loads, no console errors, links lead onward."""
 
 import os
+import re
 import shutil
 from urllib.parse import urlparse
 
@@ -130,6 +131,27 @@ def test_reader_clicks_from_summary_to_backend_to_pr_and_commit(browser, live_se
     assert urlparse(browser.current_url).path == f"/crcr/pr/{number}"
     assert console_errors(browser) == []
 
+    # A page frames the compact view and shows the badge (X-Frame-Options DENY, sent by every
+    # other page, would block even a same-origin frame).
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.execute_script(
+        "const frame = document.createElement('iframe'); frame.id = 'crcr';"
+        "frame.src = arguments[0]; document.body.appendChild(frame);"
+        "const badge = new Image(); badge.id = 'badge'; badge.src = arguments[1];"
+        "document.body.appendChild(badge);",
+        f"/crcr/pr/{number}/embed",
+        f"/crcr/pr/{number}/badge.svg",
+    )
+    WebDriverWait(browser, 20).until(
+        lambda d: d.execute_script(
+            "const doc = document.getElementById('crcr').contentDocument;"
+            "return doc !== null && doc.querySelector('#embed-backends tr[data-backend]') !== null"
+            " && document.getElementById('badge').naturalWidth === 190"
+        )
+    )
+    assert console_errors(browser) == []
+
 
 def failing_pr_number() -> int:
     """The newest demo PR with a failing job on the L4 backend (so the gate has a say)."""
@@ -222,4 +244,86 @@ def test_pr_page_answers_is_this_my_fault_in_its_first_screen(browser, live_serv
     load(browser, browser.current_url)
     assert urlparse(browser.current_url).path == f"/crcr/{L4}/tests/test_ops.TestOps::test_add"
     assert "test_ops.TestOps::test_add" in browser.find_element(By.TAG_NAME, "h1").text
+
+
+def click_and_wait(driver, element) -> None:
+    """Click a link or submit button and wait until the next page has loaded."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    page = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    wait = WebDriverWait(driver, 30)
+    wait.until(expected_conditions.staleness_of(page))
+    wait.until(lambda d: d.execute_script("return document.readyState === 'complete'"))
+
+
+def sign_in_as(driver, base: str, login: str, next_url: str) -> None:
+    """Use the sign-in page's demo button for `login`, landing on `next_url`."""
+    from selenium.webdriver.common.by import By
+
+    load(driver, f"{base}/accounts/login/?next={next_url}")
+    row = driver.find_element(By.CSS_SELECTOR, f"#demo-sign-ins tr[data-login='{login}']")
+    click_and_wait(driver, row.find_element(By.TAG_NAME, "button"))
+    assert urlparse(driver.current_url).path == next_url
+    assert login in driver.find_element(By.CSS_SELECTOR, ".topbar .who").text
+
+
+def test_maintainer_requests_l3_and_admin_approves_it(browser, live_server, demo_data, settings):
+    from selenium.webdriver.common.by import By
+
+    from hud.models import PromotionRequest
+
+    settings.CRCR_SHOW_DEMO_SIGN_INS = True
+    demo.ensure_demo_users()
+    base, name = live_server.url, "tenstorrent/tt-torch"
+
+    load(browser, f"{base}/crcr/admin")
+    click_and_wait(browser, browser.find_element(By.ID, "admin-sign-in"))
+    assert browser.find_elements(By.CSS_SELECTOR, "#demo-sign-ins tr[data-login]")
+
+    sign_in_as(browser, base, "tt-maintainer", f"/crcr/{name}")
+    click_and_wait(browser, browser.find_element(By.ID, "request-change"))
+    form = browser.find_element(By.ID, "request-form")
+    assert "required" in form.find_element(By.CSS_SELECTOR, "label[for=id_to_level]").get_attribute(
+        "class"
+    )
+    assert "%" in browser.find_element(By.ID, "gate-table").text
+    form.find_element(By.ID, "id_device").clear()
+    click_and_wait(browser, form.find_element(By.CSS_SELECTOR, "button[type=submit]"))
+    # Refused at the field: the device error sits right before the device's input.
+    error = browser.find_element(By.ID, "id_device_error")
+    assert "needs a device" in error.text
+    assert browser.find_element(By.ID, "id_device").get_attribute("aria-invalid") == "true"
+    refusals = console_errors(browser)  # the 400 of the refused form, and nothing else
+    assert refusals and all("/request" in entry and "400" in entry for entry in refusals)
+    browser.find_element(By.ID, "id_device").send_keys("wormhole")
+    browser.find_element(By.ID, "id_oncalls").clear()
+    browser.find_element(By.ID, "id_oncalls").send_keys("tt-oncall")
+    click_and_wait(
+        browser, browser.find_element(By.CSS_SELECTOR, "#request-form button[type=submit]")
+    )
+    item = PromotionRequest.objects.get(downstream__full_name=name, status="pending")
+    request_path = f"/crcr/admin/requests/{item.pk}"
+    assert urlparse(browser.current_url).path == request_path
+    evidence = browser.find_element(By.ID, "evidence-table").text
+    assert "%" in evidence and not re.search(r"\b0\.\d{4}\b", evidence)
+
+    click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, ".topbar .who button"))
+    assert urlparse(browser.current_url).path == "/crcr"
+    sign_in_as(browser, base, "admin", request_path)
+    approve = browser.find_element(By.CSS_SELECTOR, f"form[action='{request_path}/approve']")
+    approve.find_element(By.NAME, "comment").send_keys("green for a month")
+    click_and_wait(browser, approve.find_element(By.TAG_NAME, "button"))
+    assert "approved" in browser.find_element(By.TAG_NAME, "h1").text
+    allowlist = browser.find_element(By.CSS_SELECTOR, "pre").text
+    assert "wormhole:" in allowlist and f"{name}: [tt-oncall]" in allowlist
+
+    load(browser, f"{base}/crcr")
+    row = browser.find_element(By.CSS_SELECTOR, f"#summary tr[data-backend='{name}']")
+    assert "L3" in row.text and "pending upstream" in row.text
+    window_start = browser.find_element(By.CSS_SELECTOR, "p.lead time[datetime]")
+    assert window_start.text.endswith(" UTC")
+    assert "your time: " in window_start.get_attribute("title")
     assert console_errors(browser) == []

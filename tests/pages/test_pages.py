@@ -4,6 +4,7 @@ import datetime as dt
 import re
 
 import pytest
+from django.test import Client
 
 from hud import selectors, stats
 from hud.models import Level
@@ -451,3 +452,43 @@ def test_unknown_url_renders_the_404_page(client, db, settings):
 
     assert response.status_code == 404
     assert "Not found" in text(response)
+
+
+def test_csrf_failure_renders_the_styled_page(db, settings):
+    settings.DEBUG = False
+    client = Client(enforce_csrf_checks=True)
+    response = client.post("/crcr/admin/overrides", {})
+
+    assert response.status_code == 403
+    assert "Form expired" in text(response) and 'class="topbar"' in text(response)
+
+
+@pytest.mark.parametrize("path", ["/static/hud/hud.css", "/static/vendor/plotly.min.js"])
+def test_static_files_are_served_with_debug_off(client, db, settings, path):
+    settings.DEBUG = False
+    response = client.get(path)
+
+    assert response.status_code == 200
+    assert b"".join(response.streaming_content)
+
+
+def test_one_time_format_utc_in_the_page_with_a_hook_for_the_readers_time():
+    from hud.templatetags.hud_format import when
+
+    moment = dt.datetime(2026, 11, 30, 17, 32, 51, 250022, tzinfo=dt.UTC)
+    assert when(moment) == (
+        '<time datetime="2026-11-30T17:32:51.250022Z" title="2026-11-30 17:32 UTC">'
+        "2026-11-30 17:32 UTC</time>"
+    )
+    assert ">11-30 17:32</time>" in when(moment.isoformat(), "short")
+    assert ">2026-11-30 17:32:51 UTC</time>" in when(moment, "seconds")
+    later = dt.datetime(2026, 11, 30, 18, 32, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    assert ">2026-11-30 17:32 UTC</time>" in when(later)
+    assert when(None) == "—"
+
+
+def test_pages_write_no_raw_iso_times(client, seeded):
+    for url in ("/crcr", "/crcr/org/repo", "/crcr/admin", "/crcr/org/repo/tests"):
+        html = text(client.get(url))
+        outside_tags = re.sub(r"<[^>]*>", "", html)
+        assert not re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d", outside_tags), url

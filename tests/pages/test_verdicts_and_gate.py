@@ -278,4 +278,6 @@ def test_backend_page_shows_an_active_override_where_the_level_is(client, review
 
     expires = (NOW + 3 * DAY).strftime("%Y-%m-%d %H:%M")
     assert '<span class="level" title="effective level">L2</span>' in heading
-    assert f"held at L2 until {expires} UTC" in heading and "allowlist: L4" in heading
+    iso = (NOW + 3 * DAY).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert f'held at L2 until <time datetime="{iso}"' in heading
+    assert f">{expires} UTC</time>" in heading and "allowlist: L4" in heading

@@ -99,6 +99,16 @@ def criterion(evaluation: dict, name: str, part: str = "criteria") -> dict:
     return next(item for item in evaluation[part] if item["name"] == name)
 
 
+def field_errors(response, form: str) -> dict[str, list[str]]:
+    """The errors a re-rendered form shows at its fields, by field name."""
+    errors = response.context[form].errors
+    html = response.content.decode()
+    for name in errors:
+        if name != "__all__":
+            assert f'id="id_{name}_error"' in html, f"{name}: error not shown at the field"
+    return {name: list(problems) for name, problems in errors.items()}
+
+
 def messages_of(response) -> list[str]:
     """The flash messages a response's request queued."""
     return [str(message) for message in get_messages(response.wsgi_request)]

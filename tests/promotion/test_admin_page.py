@@ -95,3 +95,13 @@ def test_admin_page_lists_history_and_decided_requests(pending):
     assert b"approved request" in html  # the level history's source
     assert b"No pending requests." in html
     assert f'href="/crcr/admin/requests/{item.pk}">approved'.encode() in html
+
+
+def test_admin_page_links_sign_in_and_the_admin_tools(pending, client):
+    html = client.get("/crcr/admin").content.decode()
+    assert '<a href="/accounts/login/?next=/crcr/admin" id="admin-sign-in">' in html
+    for url in ("/crcr/admin/notifications", "/crcr/admin/aliases", "/django-admin/"):
+        assert f'href="{url}"' in html
+
+    client.force_login(admin())
+    assert 'id="admin-sign-in"' not in client.get("/crcr/admin").content.decode()

@@ -14,6 +14,7 @@ from tests.promotion import (
     admin,
     backend,
     criterion,
+    field_errors,
     maintainer,
     messages_of,
     report,
@@ -91,8 +92,11 @@ def test_an_override_must_lower_the_level(frozen_clock):
             "/crcr/admin/overrides",
             {"downstream": tpu.pk, "level": level, "expires_at": "2026-11-05 12:00", "reason": "x"},
         )
-        assert response.status_code == 302
-        assert "level: an override lowers the level" in messages_of(response)
+        assert response.status_code == 400
+        assert field_errors(response, "override_form") == {
+            "level": ["an override lowers the level"]
+        }
+        assert 'id="override-form"><summary>' in response.content.decode()  # shown open
     assert not LevelOverride.objects.exists()
     with pytest.raises(ValidationError):
         promotion.create_override(ada, tpu, Level.L3, frozen_clock() + dt.timedelta(days=1), "x")
@@ -230,7 +234,8 @@ def test_exclusion_needs_a_reason_and_a_window_or_a_job_of_that_backend(outage, 
     response = _client_for(ada).post(
         "/crcr/admin/exclusions", {"downstream": npu.pk, "job": "999999", "reason": "missing"}
     )
-    assert "job: no job 999999" in messages_of(response)
+    assert response.status_code == 400
+    assert field_errors(response, "exclusion_form") == {"job": ["no job 999999"]}
     assert not GateExclusion.objects.exists()
 
 

@@ -1,6 +1,7 @@
 """Request → approve → level → allowlist export, with permissions, CSRF and double decisions."""
 
 import datetime as dt
+import re
 
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -14,6 +15,7 @@ from tests.promotion import (
     UTC,
     admin,
     backend,
+    field_errors,
     maintainer,
     messages_of,
     report_at,
@@ -161,6 +163,23 @@ def test_evidence_is_frozen_when_requested(npu, frozen_clock):
     assert now_rate["n"] == 22 and now_rate["value"] < frozen_rate["value"]
 
 
+def test_request_pages_format_evidence_as_the_backend_page_does(npu):
+    mia = maintainer(npu)
+    client = _client_for(mia)
+    form_page = client.get("/crcr/org/npu/request").content.decode()
+    item = promotion.request_change(mia, npu, 3, device="npu", oncalls=["alice"])
+    page = client.get(f"/crcr/admin/requests/{item.pk}").content.decode()
+    backend_page = client.get("/crcr/org/npu").content.decode()
+    rate = next(c for c in item.evidence["criteria"] if c["name"] == "job_pass_rate")
+    as_percent = f"{rate['value'] * 100:.1f}%"
+    for html in (form_page, page, backend_page):
+        assert as_percent in html
+        assert f"{rate['value']:.4f}" not in html
+    as_of = dt.datetime.fromisoformat(item.evidence["as_of"])
+    assert f">{as_of:%Y-%m-%d %H:%M} UTC</time>)" in page
+    assert item.evidence["as_of"] not in page
+
+
 # --- permissions --------------------------------------------------------------------------
 
 
@@ -185,7 +204,11 @@ def test_signed_in_non_maintainer_gets_403(npu):
 def test_maintainer_of_another_backend_gets_403(npu):
     other = backend("org/tpu")
     client = _client_for(maintainer(other))
-    assert client.get("/crcr/org/npu/request").status_code == 403
+    page = client.get("/crcr/org/npu/request")
+    assert page.status_code == 403
+    html = page.content.decode()
+    assert "<title>Not allowed · CRCR HUD</title>" in html and 'class="topbar"' in html
+    assert "you do not maintain org/npu" in html and "signed in as <strong>mia</strong>" in html
     assert client.post("/crcr/org/npu/request", L3_FORM).status_code == 403
     assert not PromotionRequest.objects.exists()
 
@@ -195,6 +218,9 @@ def test_maintainer_sees_the_live_gate_and_can_request(npu):
     page = client.get("/crcr/org/npu/request")
     assert page.status_code == 200
     assert b"job_pass_rate" in page.content and b"csrfmiddlewaretoken" in page.content
+    html = page.content.decode()
+    assert '<label for="id_to_level" class="required">Target level:</label>' in html
+    assert re.search(r'<p>\s*<label for="id_device">Device \(required for L3\)', html)
     assert client.post("/crcr/org/npu/request", L3_FORM).status_code == 302
     assert PromotionRequest.objects.filter(downstream=npu, status="pending").count() == 1
 
@@ -283,7 +309,8 @@ def test_l3_request_without_device_or_oncalls_is_a_form_error(npu):
     for missing, field in (("device", "device"), ("oncalls", "oncalls")):
         response = client.post("/crcr/org/npu/request", {**L3_FORM, missing: " "})
         assert response.status_code == 400
-        assert any(message.startswith(f"{field}:") for message in messages_of(response))
+        assert list(field_errors(response, "form")) == [field]
+        assert messages_of(response) == []
     assert not PromotionRequest.objects.exists()
 
 
@@ -302,7 +329,9 @@ def test_one_pending_request_per_backend(npu):
 
     response = _client_for(mia).post("/crcr/org/npu/request", L3_FORM)
     assert response.status_code == 400
-    assert any("pending request" in message for message in messages_of(response))
+    assert field_errors(response, "form") == {
+        "to_level": ["this backend already has a pending request"]
+    }
     assert list(PromotionRequest.objects.values_list("pk", flat=True)) == [first.pk]
 
     promotion.reject(admin(), first, "not yet")
