@@ -17,6 +17,7 @@ key order, so writers of different PRs on the same day commute and cannot deadlo
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import itertools
 import json
@@ -185,6 +186,10 @@ def _class(attempt: Attempt, shas: ShaTimes) -> str:
     return stats.outcome_class(attempt.status, attempt.conclusion, superseded)
 
 
+def _attempt_key(attempt: Attempt) -> tuple[int, int]:
+    return attempt.run_id, attempt.run_attempt
+
+
 def _day(moment: dt.datetime) -> str:
     return moment.astimezone(dt.UTC).date().isoformat()
 
@@ -193,19 +198,32 @@ def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
+def _worst_leg(legs: Sequence[Attempt]) -> Attempt:
+    """The row standing for one attempt, as `hud.stats` picks it: the worst leg (then the last
+    by id); still in progress while any leg is, so a passing leg never hides a failing one."""
+    worst = max(legs, key=lambda leg: (stats.LEG_SEVERITY.get(leg.conclusion, 0), leg.id))
+    if any(leg.status != "completed" for leg in legs):
+        return dataclasses.replace(worst, status="in_progress", conclusion="")
+    return worst
+
+
 def derive(attempts: Sequence[Attempt], shas: ShaTimes) -> Derived:
-    """One logical job's row from its attempts in attempt order (run_id, run_attempt, id)."""
-    first, latest = attempts[0], attempts[-1]
+    """One logical job's row from its rows in attempt order (run_id, run_attempt, id); rows
+    sharing run_id and run_attempt are the legs of one attempt."""
+    legs = [list(group) for _, group in itertools.groupby(attempts, _attempt_key)]
+    first, latest = _worst_leg(legs[0]), _worst_leg(legs[-1])
     outcome, first_outcome = _class(latest, shas), _class(first, shas)
     contribution: Contribution = defaultdict(lambda: defaultdict(int))
     day = contribution[_day(latest.placed_at)]
     day[outcome] += 1
-    day["first_success"] += first_outcome == stats.SUCCESS
-    day["first_counted"] += first_outcome in stats.COUNTED
     if latest.status == "completed":
         day["completed_jobs"] += 1
-        day["rerun_jobs"] += len(attempts) > 1
-    day["failed_tests"] += latest.failed_tests
+        day["rerun_jobs"] += len(legs) > 1
+    day["failed_tests"] += sum(leg.failed_tests for leg in legs[-1])
+    # First-attempt figures are placed by the logical job's last row (hud.stats.first_attempts).
+    last_day = contribution[_day(attempts[-1].placed_at)]
+    last_day["first_success"] += first_outcome == stats.SUCCESS
+    last_day["first_counted"] += first_outcome in stats.COUNTED
     for attempt in attempts:
         _add_timing(contribution, attempt)
     return Derived(
@@ -217,11 +235,11 @@ def derive(attempts: Sequence[Attempt], shas: ShaTimes) -> Derived:
         latest_conclusion=latest.conclusion,
         outcome=outcome,
         first_outcome=first_outcome,
-        attempts=len(attempts),
+        attempts=len(legs),
         queue_seconds=latest.queue_seconds,
         execution_seconds=latest.execution_seconds,
         closed_by_sweeper=latest.closed_by_sweeper,
-        failed_tests=latest.failed_tests,
+        failed_tests=sum(leg.failed_tests for leg in legs[-1]),
         placed_at=latest.placed_at,
         first_placed_at=first.placed_at,
         contribution=_without_zeros(contribution),

@@ -190,13 +190,25 @@ def test_duplicate_and_conflicting_callbacks_leave_the_layer_unchanged(backend, 
     assert snapshot() == before
 
 
-def test_forward_places_the_job_on_its_reported_day(backend, frozen_clock):
+def _forward_completed_on(day: str, source: str) -> DailyRollup:
     body = builders.callback_body(REPO, status="completed", conclusion="success")
-    body["workflow"]["completed_at"] = "2026-10-01T08:00:00Z"
-    ingest.receive_forward(builders.forward_body(body, REPO))
+    body["workflow"]["completed_at"] = f"{day}T08:00:00Z"
+    ingest.receive_forward(builders.forward_body(body, REPO), source=source)
+    return DailyRollup.objects.get()
 
-    rollup = DailyRollup.objects.get()
+
+def test_import_places_the_job_on_its_reported_day(backend, frozen_clock):
+    rollup = _forward_completed_on("2026-10-01", Job.Source.IMPORT)
+
     assert rollup.day == dt.date(2026, 10, 1)
+    assert (rollup.success, rollup.queue_ms, rollup.end_to_end_ms) == (1, 60_000, 660_000)
+
+
+def test_live_forward_counts_on_its_day_of_receipt(backend, frozen_clock):
+    # A live forward's reported time is untrusted: a backdated one must not fill past days.
+    rollup = _forward_completed_on("2026-10-01", Job.Source.FORWARD)
+
+    assert rollup.day == NOW.date()
     assert (rollup.success, rollup.queue_ms, rollup.end_to_end_ms) == (1, 60_000, 660_000)
 
 
