@@ -13,8 +13,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api.renderers import csv_download
-from hud import attribution, clock, inputs, selectors
+from hud import attribution
+from hud.core import clock, inputs
 from hud.models import Downstream
+from hud.reads import selectors
 
 DEFAULT_DAYS = 14
 MAX_DAYS = 90

@@ -20,7 +20,8 @@ from django.conf import settings
 from django.core.cache import cache
 from django.http import HttpRequest
 
-from hud import clock, ingest
+from hud.core import clock
+from hud.ingestion import ingest
 
 logger = logging.getLogger(__name__)
 
@@ -280,7 +281,7 @@ def bearer_token(request: HttpRequest) -> str:
 
 
 def callback_token(claims: dict[str, Any]) -> ingest.CallbackToken:
-    """The token's id and expiry, spent by hud.ingest with the result; TokenError when bad."""
+    """The token's id and expiry, spent by hud.ingestion.ingest with the result; else TokenError."""
     jti = claims.get("jti")
     if not isinstance(jti, str) or not jti:
         raise TokenError("the token has no jti claim")

@@ -8,7 +8,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from hud.inputs import error_body
+from hud.core.inputs import error_body
 
 
 def error_response(

@@ -9,7 +9,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from hud import mirror
+from hud.checks import mirror
 
 _SHA_RE = re.compile(r"^[0-9a-fA-F]{7,64}$")
 
@@ -19,7 +19,7 @@ class MergeGate(APIView):
 
     @extend_schema(responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, sha: str) -> Response:
-        """The same decision the `crcr/gate` check run carries (hud.mirror.gate_decision)."""
+        """The same decision the `crcr/gate` check run carries (hud.checks.mirror.gate_decision)."""
         if not _SHA_RE.match(sha):
             raise Http404(f"{sha[:80]} is not a commit SHA")
         decision = mirror.gate_state(sha.lower())

@@ -10,7 +10,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from hud import clock, inputs, promotion, selectors
+from hud import promotion
+from hud.core import clock, inputs
+from hud.reads import selectors
 
 
 def parse_as_of(raw: str | None) -> dt.datetime | None:

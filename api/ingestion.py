@@ -16,8 +16,8 @@ from django.views.decorators.http import require_POST
 
 from api import authentication
 from api.errors import error_response
-from hud import ingest
-from hud.payload import PayloadError, decode_json
+from hud.core.payload import PayloadError, decode_json
+from hud.ingestion import ingest
 
 logger = logging.getLogger(__name__)
 RETRY_AFTER_UNAVAILABLE = "30"

@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from hud import metrics
+from hud.ops import metrics
 
 # Ingestion views by module path (the trailing-slash routes are unnamed, the functions are not).
 INGEST_ENDPOINTS = {

@@ -6,9 +6,9 @@ import re
 from django.http import QueryDict
 from rest_framework.exceptions import ValidationError
 
-from hud import allowlist, inputs
-from hud.payload import CONCLUSIONS, EVENT_TYPES
-from hud.selectors import JobFilters
+from hud.core import allowlist, inputs
+from hud.core.payload import CONCLUSIONS, EVENT_TYPES
+from hud.reads.selectors import JobFilters
 
 SHA_PATTERN = re.compile(r"^[0-9a-fA-F]{7,64}$")
 

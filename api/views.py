@@ -22,8 +22,11 @@ from api.serializers import (
     JobSerializer,
     JobVerdictSerializer,
 )
-from hud import allowlist, attribution, clock, pagedata, selectors
+from hud import attribution
+from hud.core import allowlist, clock
 from hud.models import Downstream
+from hud.pages import pagedata
+from hud.reads import selectors
 
 
 class ExportableListView(ListAPIView):

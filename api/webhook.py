@@ -3,7 +3,7 @@
 Answers in this order, each step stopping at the first failure: body over the cap → 413;
 signature missing → 400, wrong → 401; headers or JSON unusable → 400; then the relay service
 decides: ignored (event or repository), duplicate (same GUID or raw body), stored, dispatched.
-Stored events may still act (hud.mirror, relay part 2): a `ciflow/crcr/*` label back-fills L3
+Stored events may still act (hud.checks.mirror, relay part 2): a `ciflow/crcr/*` label back-fills L3
 check runs, and `check_run`/`check_suite` `rerequested` re-run the downstream runs.
 The answer never waits on GitHub or the broker: the fan-out runs in tasks enqueued on commit.
 """
@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 from api import authentication
 from api.errors import error_response
 from hud import relay
-from hud.payload import PayloadError, check_webhook, decode_json
+from hud.core.payload import PayloadError, check_webhook, decode_json
 
 logger = logging.getLogger(__name__)
 MAX_GUID_CHARS = 100  # Delivery.delivery_id max_length

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from django.core.management import call_command
     from django.db import connection
 
-    from hud import clock
+    from hud.core import clock
     from tests.support import attribution_sim as sim
 
     base = dataclasses.replace(sim.Scale(), days=args.days, prs_per_day=args.prs_per_day)

@@ -12,10 +12,11 @@ What it does, all on this machine, cleaning up after itself:
 3. for 0, 20 and 1,000 failed tests, drives in_progress + completed pairs of distinct jobs at
    --concurrency through `POST /github/callback` (threads sending prebuilt requests on plain
    sockets), and the FLOOR: the same work without a web framework at the same concurrency, side
-   by side in the same run — the same validation function (hud.payload.parse_callback), the
+   by side in the same run — the same validation function (hud.core.payload.parse_callback), the
    same token verification with the same library and key (PyJWT, RS256), the same rows written
-   by the same statements (hud.sql's strings) through psycopg with the same transaction
-   boundaries as hud.ingest. Tokens and bodies are made before timing. Prints both rates and
+   by the same statements (hud.ingestion.sql's strings) through psycopg with the same
+   transaction boundaries as hud.ingestion.ingest. Tokens and bodies are made before timing.
+   Prints both rates and
    `ingest/floor ratio: X.XX` per size;
 4. measures the time from a callback's 200 answer to the job being visible through
    `GET /api/v1/jobs` and on the backend page `/crcr/<org>/<repo>`.
@@ -60,8 +61,8 @@ import psycopg  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: E402
 from psycopg.types.json import Jsonb  # noqa: E402
 
-from hud import derived, sql  # noqa: E402
-from hud.payload import PayloadError, decode_json, parse_callback  # noqa: E402
+from hud.core.payload import PayloadError, decode_json, parse_callback  # noqa: E402
+from hud.ingestion import derived, sql  # noqa: E402
 from tests.support.oidc import CRCR_AUDIENCE, GITHUB_ISSUER, OidcIssuer, SigningKey  # noqa: E402
 from tests.support.oidc import _JwksServer as JwksServer  # noqa: E402
 
@@ -391,7 +392,7 @@ def floor_verify(token: str, keys: dict[str, jwt.PyJWK]) -> dict:
 
 
 def floor_failed_tests(cursor: psycopg.Cursor, job_id: int, data: Any) -> None:
-    """hud.ingest's insert of failed tests on PostgreSQL: one UNNEST statement."""
+    """hud.ingestion.ingest's insert of failed tests on PostgreSQL: one UNNEST statement."""
     if data.failed_tests:
         columns = sql.failed_test_columns(job_id, data.failed_tests)
         cursor.execute(sql.INSERT_FAILED_TESTS_UNNEST, columns)
@@ -400,7 +401,7 @@ def floor_failed_tests(cursor: psycopg.Cursor, job_id: int, data: Any) -> None:
 def floor_derived(
     cursor: psycopg.Cursor, downstream_id: int, data: Any, event_type: str, pr: int, sha: str
 ) -> None:
-    """hud.ingest's derived-layer upkeep: hud.derived's statements on this cursor."""
+    """hud.ingestion.ingest's derived-layer upkeep: hud.ingestion.derived's statements here."""
     key = (downstream_id, event_type, sha, data.workflow_name, data.job_name)
     derived.refresh(cursor, "postgresql", key, pr)
 
@@ -408,8 +409,9 @@ def floor_derived(
 def floor_callback(conn: psycopg.Connection, keys: dict, callback: Callback) -> str:
     """One callback through the floor: verify, consume jti, admit, validate, store.
 
-    The statements are hud.sql's, in hud.ingest's order and in its one transaction (the token
-    is spent with the result); the parameters are built here, straight from the parsed callback.
+    The statements are hud.ingestion.sql's, in hud.ingestion.ingest's order and in its one
+    transaction (the token is spent with the result); the parameters are built
+    here, straight from the parsed callback.
     """
     claims = floor_verify(callback.token, keys)
     with conn.transaction(), conn.cursor() as cursor:
@@ -427,7 +429,9 @@ def floor_callback(conn: psycopg.Connection, keys: dict, callback: Callback) -> 
             sql.take_rate_token("postgresql"),
             sql.rate_token_params(downstream_id, now, capacity, per_second),
         ).rowcount
-        if not spent:  # the first callback of a backend (hud.ingest creates the bucket then)
+        if (
+            not spent
+        ):  # the first callback of a backend (hud.ingestion.ingest creates the bucket then)
             cursor.execute(
                 "INSERT INTO hud_ratebucket (downstream_id, tokens, updated_epoch)"
                 " VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",

@@ -12,12 +12,13 @@ What it does, all in one process on this machine, cleaning up after itself:
    installed upstream; `hud.github.sleep` records each wait and moves a frozen clock by it, so
    retry-after waits and the 1-write-a-second governor cost simulated time, not real time;
 3. --prs dispatched PRs × --backends L4 backends × --jobs jobs; each job reports in_progress,
-   then completed (every seventh fails), through `hud.ingest.receive_callback` → `store`; tasks
+   then completed (every seventh fails), through `hud.ingestion.ingest.receive_callback` → `store`;
+   tasks
    run inline after commit (no broker), as the embedded pool would;
 4. the fake answers a scripted share (--failure-share, seeded) of check-run writes with, in
    equal parts, a 403 secondary rate limit (retry-after 60), a 429 primary limit
    (x-ratelimit-reset an hour ahead) and a 502;
-5. after the callbacks, reconciler passes (`hud.mirror.reconcile`), each after the lease has
+5. after the callbacks, reconciler passes (`hud.checks.mirror.reconcile`), each after the lease has
    run out, until one finds nothing to do;
 6. prints GitHub calls per job and per gate (creates, updates, failed writes, lookups),
    duplicated check runs (two runs of one name on one SHA) and dropped ones (a job or gate
@@ -90,7 +91,10 @@ def run(args: argparse.Namespace) -> int:
     from django.db import connection
 
     import hud.github
-    from hud import clock, ingest, mirror, relay, tasks
+    from hud import relay, tasks
+    from hud.checks import mirror
+    from hud.core import clock
+    from hud.ingestion import ingest
     from hud.models import CheckRunMirror, GateCheck, Job, Level
     from tests.support import builders
     from tests.support.fake_github import FakeGitHub, _default_private_key_pem

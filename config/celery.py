@@ -18,7 +18,7 @@ from celery.signals import (
 )
 
 from config.logging_context import request_id_var, task_request_id
-from hud import leases
+from hud.core import leases
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 logger = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ app.conf.beat_schedule = {
 def _bind_request_id(task: Any = None, task_id: str | None = None, **kwargs: Any) -> None:
     """A task's log lines carry the id of the request that enqueued it (none for beat's).
 
-    Its own id lets a redelivery take back the leases a dead run of it left (hud.leases).
+    Its own id lets a redelivery take back the leases a dead run of it left (hud.core.leases).
     """
     request_id_var.set(task_request_id(task.request) if task is not None else None)
     leases.current_task_id.set(task_id)

@@ -4,7 +4,8 @@ The id lives in a context variable, so it follows the request through threads of
 context (gunicorn's sync workers, runserver) without being passed around, and a logging filter
 copies it onto each record; the JSON formatter then writes it as `"request_id"`.
 
-Tasks carry it too: `hud.tasks.enqueue` sends it as a Celery message header (or hands it to the
+Tasks carry it too: `hud.core.taskqueue.enqueue` sends it as a Celery message header (or hands
+it to the
 in-process pool's thread), and config.celery binds it while the task runs, so a task's log
 lines share the id of the request that caused them.
 """

@@ -81,7 +81,7 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     # Before any view: NUL in the URL → 400; an unreachable database → 503 with Retry-After.
-    "hud.request_guard.RequestGuardMiddleware",
+    "hud.web.request_guard.RequestGuardMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -157,7 +157,8 @@ else:
 # --- Celery -------------------------------------------------------------------------------
 CELERY_BROKER_URL = env("CELERY_BROKER_URL") or None
 # A task is acknowledged when it ends: one whose worker process dies is handed back at once
-# (reject on worker lost) and redelivered with its id, which takes back its leases (hud.leases).
+# (reject on worker lost) and redelivered with its id, which takes back its leases
+# (hud.core.leases).
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -273,7 +274,7 @@ CRCR_RATE_LIMIT_PER_MIN = int(env("CRCR_RATE_LIMIT_PER_MIN", "100"))
 CRCR_ZOMBIE_TIMEOUT_SECONDS = int(env("CRCR_ZOMBIE_TIMEOUT", str(6 * 3600)))
 CRCR_NO_RESPONSE_AFTER_SECONDS = int(env("CRCR_NO_RESPONSE_AFTER", str(2 * 3600)))
 HUD_BOT_KEY = env("HUD_BOT_KEY")
-# Path of the gate policy YAML; unset = the shipped hud/gate_policy.yml.
+# Path of the gate policy YAML; unset = the shipped hud/gates/gate_policy.yml.
 CRCR_GATE_POLICY = env("CRCR_GATE_POLICY")
 # The relay (webhook in, dispatches out). GitHub App keys may come from NAME_FILE (see env()).
 GITHUB_WEBHOOK_SECRET = env("GITHUB_WEBHOOK_SECRET")
@@ -293,7 +294,7 @@ CRCR_DISPATCH_MAX_ATTEMPTS = int(env("CRCR_DISPATCH_MAX_ATTEMPTS", "8"))
 CRCR_DISPATCH_LEASE_SECONDS = int(env("CRCR_DISPATCH_LEASE_SECONDS", "180"))
 CRCR_DISPATCH_RECONCILE_AFTER_SECONDS = int(env("CRCR_DISPATCH_RECONCILE_AFTER", "120"))
 # The relay, part 2: check runs, the crcr/gate merge gate, re-runs and on-call comments on
-# upstream PRs (hud.mirror). Off, or without GITHUB_APP_ID, nothing is written to GitHub.
+# upstream PRs (hud.checks.mirror). Off, or without GITHUB_APP_ID, nothing is written to GitHub.
 CRCR_CHECK_RUNS = env_bool("CRCR_CHECK_RUNS", True)
 CRCR_ONCALL_COMMENTS = env_bool("CRCR_ONCALL_COMMENTS", True)
 # The gate expects, per L4 backend, the jobs of its last CRCR_GATE_HISTORY_RUNS answered

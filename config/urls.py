@@ -4,7 +4,8 @@ from django.contrib import admin
 from django.urls import include, path
 
 from api.metrics import metrics_view
-from hud import accounts, converters, delivery_views
+from hud import accounts
+from hud.web import converters
 
 converters.register()
 
@@ -19,9 +20,6 @@ urlpatterns = [
     path("accounts/github/login/callback/", accounts.github_callback, name="github_callback"),
     path("accounts/", include("allauth.urls")),
     path("", include("api.urls")),
-    path("crcr/delivery/<str:delivery_id>", delivery_views.delivery_page, name="crcr-delivery"),
-    path("", include("hud.admin_urls")),
     path("metrics", metrics_view, name="metrics-prometheus"),
-    path("", include("hud.attribution_urls")),
-    path("", include("hud.urls")),
+    path("", include("hud.web.urls")),
 ]

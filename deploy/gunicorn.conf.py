@@ -103,7 +103,7 @@ logger_class = JsonAccessLogger
 
 # --- Prometheus counters across workers ----------------------------------------------------
 # Each worker writes its counters to files in this folder and GET /metrics adds them up (see
-# hud/metrics.py). Set before any worker imports prometheus_client; emptied at each start.
+# hud/ops/metrics.py). Set before any worker imports prometheus_client; emptied at each start.
 _OWN_METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR" not in os.environ
 os.environ.setdefault(
     "PROMETHEUS_MULTIPROC_DIR",

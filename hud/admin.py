@@ -5,9 +5,10 @@ notification audit (read-only) and backend maintainers.
 from django.contrib import admin
 from django.http import HttpRequest
 
-from hud import clock, notifications
+from hud import notifications
+from hud.accounts.sign_in import AdminSignInForm
+from hud.core import clock
 from hud.models import BackendMaintainer, Notification, NotificationTarget
-from hud.sign_in import AdminSignInForm
 
 # Django admin's sign-in shares the site's failed-login throttle.
 admin.site.login_form = AdminSignInForm

@@ -2,7 +2,9 @@
 
 from collections.abc import Callable
 
-from hud import ingest, mirror, notifications, promotion, relay
+from hud import notifications, promotion, relay
+from hud.checks import mirror
+from hud.ingestion import ingest
 
 PERIODIC_JOBS: dict[str, Callable[[], object]] = {
     "sweep_zombies": ingest.sweep_zombies,

@@ -16,7 +16,8 @@ from django.conf import settings
 from django.db import close_old_connections, transaction
 
 from config.logging_context import REQUEST_ID_TASK_HEADER, current_request_id, request_id_var
-from hud import ingest, promotion
+from hud import promotion
+from hud.ingestion import ingest
 
 logger = logging.getLogger(__name__)
 _pool: ThreadPoolExecutor | None = None
@@ -158,12 +159,12 @@ def check_backends() -> dict:
     return notifications.check_backends()
 
 
-# --- The relay, part 2: check runs, the gate, re-runs, on-call comments (hud.mirror) -------
+# --- The relay, part 2: check runs, the gate, re-runs, on-call comments (hud.checks.mirror) -------
 
 
 def _retry_on_worker(task: Any, outcome: Any) -> str:
     """Retry a RETRY outcome after its own delay on a worker; in-process, the reconciler does."""
-    from hud import mirror
+    from hud.checks import mirror
 
     on_worker = not getattr(task.request, "called_directly", True)
     if outcome.result == mirror.SyncResult.RETRY and on_worker:
@@ -174,7 +175,7 @@ def _retry_on_worker(task: Any, outcome: Any) -> str:
 @shared_task(name="crcr.mirror_job", bind=True, **TASK_OPTIONS)
 def mirror_job(self: Any, job_id: int) -> str:
     """Mirror one job's report: its check run, its SHA's gate, its backend's on-call comment."""
-    from hud import mirror
+    from hud.checks import mirror
 
     return _retry_on_worker(self, mirror.mirror_job(int(job_id)))
 
@@ -182,7 +183,7 @@ def mirror_job(self: Any, job_id: int) -> str:
 @shared_task(name="crcr.sync_gate", bind=True, **TASK_OPTIONS)
 def sync_gate(self: Any, head_sha: str) -> str:
     """Post or update the `crcr/gate` check of one head SHA."""
-    from hud import mirror
+    from hud.checks import mirror
 
     return _retry_on_worker(self, mirror.sync_gate(str(head_sha)))
 
@@ -190,7 +191,7 @@ def sync_gate(self: Any, head_sha: str) -> str:
 @shared_task(name="crcr.mirror_backfill", **TASK_OPTIONS)
 def mirror_backfill(head_sha: str) -> int:
     """After a `ciflow/crcr/*` label: enqueue check runs for jobs already on that head SHA."""
-    from hud import mirror
+    from hud.checks import mirror
 
     return mirror.backfill(str(head_sha))
 
@@ -198,7 +199,7 @@ def mirror_backfill(head_sha: str) -> int:
 @shared_task(name="crcr.send_rerun", bind=True, **TASK_OPTIONS)
 def send_rerun(self: Any, rerun_id: int) -> str:
     """Ask GitHub to re-run one downstream run (re-requested from the upstream PR)."""
-    from hud import mirror
+    from hud.checks import mirror
 
     return _retry_on_worker(self, mirror.send_rerun(int(rerun_id)))
 
@@ -206,7 +207,7 @@ def send_rerun(self: Any, rerun_id: int) -> str:
 @shared_task(name="crcr.sync_oncall_comment", bind=True, **TASK_OPTIONS)
 def sync_oncall_comment(self: Any, pr_number: int, downstream_id: int) -> str:
     """Post or edit in place a backend's on-call comment on a PR."""
-    from hud import mirror
+    from hud.checks import mirror
 
     return _retry_on_worker(self, mirror.sync_oncall_comment(int(pr_number), int(downstream_id)))
 
@@ -214,6 +215,6 @@ def sync_oncall_comment(self: Any, pr_number: int, downstream_id: int) -> str:
 @shared_task(name="crcr.reconcile_mirror", **TASK_OPTIONS)
 def reconcile_mirror() -> dict:
     """Re-enqueue check runs, gates, comments and re-runs that did not reach GitHub."""
-    from hud import mirror
+    from hud.checks import mirror
 
     return mirror.reconcile()

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from hud import clock
+from hud.core import clock
 
 pytest_plugins = ["tests.support.oidc", "tests.support.fake_github", "tests.support.tasks"]
 

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 def fill_derived_layer(apps, schema_editor):
     """Derive the new rows from the attempts already stored."""
-    from hud import derived
+    from hud.ingestion import derived
 
     connection = schema_editor.connection
     with connection.cursor() as cursor, connection.chunked_cursor() as stream:

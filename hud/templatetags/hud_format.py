@@ -13,7 +13,7 @@ from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from hud import clock
+from hud.core import clock
 from hud.stats import Estimate
 
 register = template.Library()

@@ -9,8 +9,8 @@ from django.contrib.auth.models import Group
 from django.test import Client
 
 from hud import promotion
-from hud.demo import DEMO_USERS, ensure_demo_users
 from hud.models import BackendMaintainer, Level
+from hud.ops.demo import DEMO_USERS, ensure_demo_users
 from tests.accounts.conftest import CLIENT_SECRET, FakeGitHubOAuth, GitHubUser
 from tests.support import builders
 

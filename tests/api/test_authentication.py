@@ -18,7 +18,7 @@ from api.authentication import (
     verify_oidc_token,
     verify_webhook_signature,
 )
-from hud.ingest import prune_used_tokens, spend_token
+from hud.ingestion.ingest import prune_used_tokens, spend_token
 from hud.models import UsedToken
 
 LEEWAY = 30

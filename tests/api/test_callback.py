@@ -188,7 +188,7 @@ def test_rate_limit_is_per_repository(client, oidc, backend, settings):
 
 
 def test_unreadable_rate_limit_counter_answers_503_not_a_silent_pass(client, oidc, backend):
-    with mock.patch("hud.ingest.take_rate_token", side_effect=DatabaseError("down")):
+    with mock.patch("hud.ingestion.ingest.take_rate_token", side_effect=DatabaseError("down")):
         response = post(client, oidc, builders.callback_body())
     assert_error(response, 503, "unavailable")
     assert response["Retry-After"]
@@ -399,7 +399,7 @@ def test_different_conclusion_after_a_real_completion_is_409_and_changes_nothing
 
 
 def test_real_completion_replaces_the_sweepers_timed_out(client, oidc, backend, frozen_clock):
-    from hud.ingest import sweep_zombies
+    from hud.ingestion.ingest import sweep_zombies
 
     post(client, oidc, builders.callback_body())
     frozen_clock.advance(hours=7)
@@ -520,7 +520,7 @@ def post_with(client, token, body):
 
 def test_a_token_whose_result_met_a_503_is_still_usable(client, oidc, backend):
     token = oidc.mint(REPO)
-    with mock.patch("hud.ingest._insert_job", side_effect=DatabaseError("down")):
+    with mock.patch("hud.ingestion.ingest._insert_job", side_effect=DatabaseError("down")):
         assert_error(post_with(client, token, builders.callback_body()), 503, "unavailable")
     assert Job.objects.count() == 0
 
@@ -532,7 +532,7 @@ def test_a_token_whose_result_met_a_503_is_still_usable(client, oidc, backend):
 def test_a_token_whose_worker_crashed_mid_store_is_still_usable(client, oidc, backend):
     token = oidc.mint(REPO)
     with (
-        mock.patch("hud.ingest._store_failed_tests", side_effect=SystemExit("killed")),
+        mock.patch("hud.ingestion.ingest._store_failed_tests", side_effect=SystemExit("killed")),
         pytest.raises(SystemExit),
     ):
         post_with(client, token, completed(failed_tests=[{"name": "test_a"}]))

@@ -5,7 +5,8 @@ import io
 
 import pytest
 
-from hud import selectors, stats
+from hud import stats
+from hud.reads import selectors
 from tests.conftest import NOW
 from tests.pages.conftest import DAY, seed_all
 

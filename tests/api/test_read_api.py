@@ -9,9 +9,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from hud import ingest
+from hud.core.payload import parse_callback
+from hud.ingestion import ingest
 from hud.models import Job, Level
-from hud.payload import parse_callback
 from tests.conftest import NOW
 from tests.support import builders
 

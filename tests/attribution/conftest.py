@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from hud import ingest
+from hud.core.payload import parse_callback
+from hud.ingestion import ingest
 from hud.models import Job, Level
-from hud.payload import parse_callback
 from tests.conftest import NOW
 from tests.support import builders
 

@@ -4,8 +4,9 @@ from collections import Counter
 
 import pytest
 
-from hud import attribution, demo
+from hud import attribution
 from hud.models import Job
+from hud.ops import demo
 from tests.conftest import NOW
 
 NOT_THE_PR = {attribution.FLAKY, attribution.BROKEN_DOWNSTREAM, attribution.INFRA}

@@ -8,8 +8,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from hud import attribution, demo
+from hud import attribution
 from hud.models import Downstream
+from hud.ops import demo
 from tests.attribution.conftest import DAY, HOUR, NOW, failed, sha
 
 C = "org/tt"

@@ -106,7 +106,7 @@ def notify_settings(settings: Any) -> Any:
 
 def target(kind: str, address: str, downstream: Any = None, events: Any = ()) -> NotificationTarget:
     """A target added directly (the admin paths are tested on their own)."""
-    from hud import clock
+    from hud.core import clock
 
     return NotificationTarget.objects.create(
         kind=kind,

@@ -40,7 +40,7 @@ def test_after_a_rename_callbacks_from_either_name_land_on_the_same_backend(
     assert callback(client, oidc, OLD, 1)["http"] == 200
     assert callback(client, oidc, NEW, 2)["error"] == "not_allowlisted"
 
-    caplog.set_level(logging.INFO, logger="hud.aliases")
+    caplog.set_level(logging.INFO, logger="hud.levels.aliases")
     response = admin_client.post(
         URL, {"downstream": backend.pk, "name": NEW, "rename": "on", "reason": "moved to neworg"}
     )

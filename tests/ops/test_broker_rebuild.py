@@ -9,7 +9,8 @@ the work from the database alone and every job and gate converges to exactly one
 import pytest
 from django.core.cache import cache
 
-from hud import mirror, relay
+from hud import relay
+from hud.checks import mirror
 from hud.models import Job
 from tests.reliability.test_redis_fault import (  # noqa: F401  (fixtures requested by name)
     BACKENDS,

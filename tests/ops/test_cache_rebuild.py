@@ -10,9 +10,10 @@ import json
 import pytest
 from django.core.cache import cache
 
-from hud import ingest, periodic
+from hud import periodic
+from hud.core.payload import parse_callback
+from hud.ingestion import ingest
 from hud.models import Dispatch, Job, Level
-from hud.payload import parse_callback
 from tests.relay.conftest import fixture_body
 from tests.support import builders
 

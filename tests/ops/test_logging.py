@@ -82,10 +82,10 @@ def test_every_log_line_of_a_request_carries_its_id(client, json_lines, settings
 
 
 def test_lines_logged_inside_a_view_carry_the_id(client, json_lines, monkeypatch):
-    from hud import ingest
+    from hud.ingestion import ingest
 
     def failing_admit(repo):
-        logging.getLogger("hud.ingest").info("admitting", extra={"repo": repo})
+        logging.getLogger("hud.ingestion.ingest").info("admitting", extra={"repo": repo})
         raise ingest.Rejected(403, "not_allowlisted", "no")
 
     monkeypatch.setattr(ingest, "admit", failing_admit)
@@ -105,7 +105,7 @@ def test_lines_logged_inside_a_view_carry_the_id(client, json_lines, monkeypatch
         {
             "time": admitting[0]["time"],
             "level": "INFO",
-            "logger": "hud.ingest",
+            "logger": "hud.ingestion.ingest",
             "message": "admitting",
             "repo": "o/r",
             "request_id": "req-view",

@@ -12,7 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import redis
 
-from hud import ingest, metrics, mirror, tasks
+from hud import tasks
+from hud.checks import mirror
+from hud.core.payload import parse_callback
+from hud.ingestion import ingest
 from hud.models import (
     CheckRunMirror,
     Dispatch,
@@ -23,8 +26,8 @@ from hud.models import (
     OncallComment,
     RerunRequest,
 )
-from hud.payload import parse_callback
-from tests.mirror.conftest import L4, env  # noqa: F401  (the mirror's fixture, by name)
+from hud.ops import metrics
+from tests.checks.conftest import L4, env  # noqa: F401  (the mirror's fixture, by name)
 from tests.ops.conftest import metric, scrape
 from tests.support import builders
 from tests.support.fake_github import Canned

@@ -7,9 +7,12 @@ import pandas as pd
 import pytest
 from django.core.management import CommandError, call_command
 
-from hud import ingest, retention, selectors, stats
+from hud import stats
+from hud.core.payload import parse_callback
+from hud.ingestion import ingest
 from hud.models import Delivery, FailedTest, Job, Level
-from hud.payload import parse_callback
+from hud.ops import retention
+from hud.reads import selectors
 from tests.support import builders
 
 pytestmark = pytest.mark.django_db

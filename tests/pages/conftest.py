@@ -4,9 +4,9 @@ import datetime as dt
 
 import pytest
 
-from hud import ingest
+from hud.core.payload import parse_callback
+from hud.ingestion import ingest
 from hud.models import Job, Level
-from hud.payload import parse_callback
 from tests.conftest import NOW
 from tests.support import builders
 

@@ -7,7 +7,8 @@ from urllib.parse import urlparse
 
 import pytest
 
-from hud import clock, demo
+from hud.core import clock
+from hud.ops import demo
 from tests.attribution.conftest import HOUR
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

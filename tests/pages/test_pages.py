@@ -6,8 +6,9 @@ import re
 import pytest
 from django.test import Client
 
-from hud import selectors, stats
+from hud import stats
 from hud.models import Level
+from hud.reads import selectors
 from tests.conftest import NOW
 from tests.pages.conftest import DAY, sha
 from tests.support import builders

@@ -1,7 +1,8 @@
 """Promotion workflow tests: requests, approvals, overrides, exclusions, daily evaluations.
 
 Shared helpers live here (plain functions, no fixtures) so every module builds data the same
-way: users by role, backends with level history, and jobs stored through `hud.ingest.store`.
+way: users by role, backends with level history, and jobs stored through
+`hud.ingestion.ingest.store`.
 """
 
 import datetime as dt
@@ -10,9 +11,10 @@ import itertools
 from django.contrib.auth.models import Group, User
 from django.contrib.messages import get_messages
 
-from hud import ingest, promotion
+from hud import promotion
+from hud.core.payload import parse_callback
+from hud.ingestion import ingest
 from hud.models import BackendMaintainer, Downstream, Level, LevelChange
-from hud.payload import parse_callback
 from tests.support import builders
 
 UTC = dt.UTC

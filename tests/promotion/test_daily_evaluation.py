@@ -6,8 +6,10 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.test import Client
 
-from hud import gates, pagedata, promotion, selectors
+from hud import gates, promotion
 from hud.models import DemotionWarning, GateEvaluation, Level, LevelChange
+from hud.pages import pagedata
+from hud.reads import selectors
 from tests.promotion import UTC, admin, backend, criterion, maintainer, messages_of, report_at
 
 pytestmark = pytest.mark.django_db

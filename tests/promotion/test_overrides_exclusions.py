@@ -6,9 +6,10 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.test import Client
 
-from hud import ingest, promotion
+from hud import promotion
+from hud.core.payload import parse_callback
+from hud.ingestion import ingest
 from hud.models import GateExclusion, Level, LevelOverride
-from hud.payload import parse_callback
 from tests.promotion import (
     UTC,
     admin,

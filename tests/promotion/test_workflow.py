@@ -8,7 +8,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.test import Client
 
 from hud import promotion
-from hud.allowlist import parse_allowlist
+from hud.core.allowlist import parse_allowlist
 from hud.levels import import_allowlist
 from hud.models import Downstream, LevelChange, PromotionRequest
 from tests.promotion import (

@@ -70,7 +70,7 @@ def relay_settings(settings: Any) -> Any:
     settings.GITHUB_WEBHOOK_SECRET = SECRET
     settings.CELERY_BROKER_URL = None
     settings.CRCR_UPSTREAM_REPO = UPSTREAM
-    # Part 1's tests count dispatch traffic only; tests/mirror covers the check runs.
+    # Part 1's tests count dispatch traffic only; tests/checks covers the check runs.
     settings.CRCR_CHECK_RUNS = False
     return settings
 

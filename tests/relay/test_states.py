@@ -2,8 +2,9 @@
 
 import json
 
-from hud import ingest, tasks
 from hud import relay as relay_service
+from hud import tasks
+from hud.ingestion import ingest
 from hud.models import Dispatch, Job
 from hud.relay import ResponseState
 from tests.relay.conftest import fixture_body, new_guid

@@ -19,7 +19,8 @@ from django.db import connection
 from kombu import pools as kombu_pools
 
 from config.celery import app as celery_app
-from hud import ingest, tasks
+from hud import tasks
+from hud.ingestion import ingest
 from hud.models import CheckRunMirror, Dispatch, GateCheck
 from tests.relay.conftest import SECRET, UPSTREAM, fixture_body, new_guid, post_webhook
 from tests.support import builders

@@ -10,10 +10,11 @@ import itertools
 
 import pytest
 
-from hud import clock, mirror
 from hud import relay as hud_relay
+from hud.checks import mirror
+from hud.core import clock
 from hud.models import CheckRunMirror, GateCheck, Job
-from tests.mirror.conftest import L4, env  # noqa: F401  (fixture requested by name)
+from tests.checks.conftest import L4, env  # noqa: F401  (fixture requested by name)
 from tests.relay.conftest import (  # noqa: F401  (fixtures the env fixture needs)
     backends,
     fixture_body,

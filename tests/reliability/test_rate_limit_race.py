@@ -4,7 +4,7 @@ from unittest import mock
 
 import pytest
 
-from hud import ingest
+from hud.ingestion import ingest
 from hud.models import Level, RateBucket
 from tests.support import builders
 

@@ -13,7 +13,8 @@ import pytest
 from django.core.cache import caches
 
 from config.celery import app as celery_app
-from hud import mirror, relay
+from hud import relay
+from hud.checks import mirror
 from hud.models import GateCheck, Job, Level
 from tests.support import builders
 from tests.support.redis_server import RedisServer, drain_celery_queue, needs_redis_server

@@ -20,7 +20,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from hud import ingest
+from hud.ingestion import ingest
 from hud.models import Downstream, FailedTest, Job, Level, UsedToken
 from tests.reliability import replay
 from tests.support import builders

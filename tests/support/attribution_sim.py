@@ -1,7 +1,7 @@
 """Simulated CI histories whose causes are known, for measuring attribution against truth.
 
-`simulate()` stores a seeded history through the real ingestion service (hud.payload's
-validation, then hud.ingest.store) on two backends that see the same upstream commits:
+`simulate()` stores a seeded history through the real ingestion service (hud.core.payload's
+validation, then hud.ingestion.ingest.store) on two backends that see the same upstream commits:
 
 - flaky tests at several rates, failing at random on trunk pushes, nightlies and every PR;
   a share of failing PR jobs is re-run (the re-run draws its flakes again);
@@ -24,9 +24,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hud import attribution, ingest
+from hud import attribution
+from hud.core.payload import parse_callback
+from hud.ingestion import ingest
 from hud.models import Downstream, Job, Level
-from hud.payload import parse_callback
 from tests.support import builders
 
 BACKENDS = ("sim/npu", "sim/spyre")

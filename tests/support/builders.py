@@ -5,7 +5,8 @@ import itertools
 import uuid
 from typing import Any
 
-from hud import clock, ingest
+from hud.core import clock
+from hud.ingestion import ingest
 from hud.models import Delivery, Dispatch, Downstream, Level
 
 _numbers = itertools.count(1)

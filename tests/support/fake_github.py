@@ -13,7 +13,7 @@ repo endpoints), records every request, and can be scripted to fail:
     fake_github.requests_to("POST", "/repos/org/backend/dispatches")   # what was received
     fake_github.sleeps                                       # waits hud.github asked for
 
-Time comes from `hud.clock.now()` in the server thread, so freeze the clock for all threads
+Time comes from `hud.core.clock.now()` in the server thread, so freeze the clock for all threads
 (the `frozen_clock` fixture, or `clock.frozen_at(..., all_threads=True)`).
 """
 
@@ -40,7 +40,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 import hud.github
-from hud import clock
+from hud.core import clock
 
 JWT_MAX_LIFETIME = dt.timedelta(minutes=10)
 TOKEN_LIFETIME = dt.timedelta(hours=1)

@@ -3,7 +3,8 @@
 Use the `oidc` fixture: `oidc.mint(repository="org/repo")` signs a GitHub-like token,
 `oidc.headers(...)` wraps one for Django's test client, `oidc.requests` counts JWKS fetches,
 `oidc.fail()` / `oidc.recover()` make the server answer 500 or not, `oidc.rotate()` swaps in
-a new signing key. Times are based on `hud.clock.now()`, so the `frozen_clock` fixture moves them.
+a new signing key. Times are based on `hud.core.clock.now()`, so the `frozen_clock` fixture
+moves them.
 """
 
 import base64
@@ -23,7 +24,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
-from hud import clock
+from hud.core import clock
 
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 CRCR_AUDIENCE = "pytorch-cross-repo-ci-relay"
@@ -178,7 +179,7 @@ class OidcIssuer:
     # -- tokens ----------------------------------------------------------------------------
 
     def claims(self, repository: Any = "org/repo") -> dict[str, Any]:
-        """The claims of a fresh GitHub Actions token for `repository`, timed by hud.clock."""
+        """The claims of a fresh GitHub Actions token for `repository`, timed by hud.core.clock."""
         now = int(clock.now().timestamp())
         owner = str(repository).split("/", 1)[0]
         return {

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from hud.allowlist import AllowlistError
+from hud.core.allowlist import AllowlistError
 from hud.levels import export_allowlist_text
 
 

@@ -5,7 +5,7 @@ import datetime as dt
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from hud.allowlist import AllowlistError, load_allowlist_text
+from hud.core.allowlist import AllowlistError, load_allowlist_text
 from hud.levels import import_allowlist
 
 

@@ -7,9 +7,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from tqdm import tqdm
 
-from hud import ingest
+from hud.core.payload import PayloadError, decode_json
+from hud.ingestion import ingest
 from hud.models import Job
-from hud.payload import PayloadError, decode_json
 
 BATCH_LINES = 500
 

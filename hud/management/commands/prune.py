@@ -3,7 +3,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from hud import retention
+from hud.ops import retention
 
 
 class Command(BaseCommand):

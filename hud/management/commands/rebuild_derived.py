@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand
 from django.db import connection, transaction
 from tqdm import tqdm
 
-from hud import derived
+from hud.ingestion import derived
 
 
 class Command(BaseCommand):

@@ -4,8 +4,9 @@ import sys
 
 from django.core.management.base import BaseCommand
 
-from hud import clock, demo
+from hud.core import clock
 from hud.models import Downstream
+from hud.ops import demo
 
 
 class Command(BaseCommand):

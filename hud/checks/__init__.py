@@ -1,0 +1,1 @@
+"""hud.checks: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""hud.core: see docs/architecture.md."""

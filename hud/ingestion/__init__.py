@@ -1,0 +1,1 @@
+"""hud.ingestion: see docs/architecture.md."""

@@ -1,0 +1,120 @@
+"""The derived layer: one row per logical job and a daily rollup per backend and event type.
+
+Both are kept by `hud.ingestion.derived` in the transaction that stores an attempt, and rebuilt
+from the
+attempts by `manage.py rebuild_derived`; a property test proves the two equal. Pages read these
+rows instead of re-deriving every attempt of a window per request.
+"""
+
+from django.db import models
+
+from hud.models import Downstream, Job
+
+
+class OutcomeClass(models.TextChoices):
+    """How a logical job counts in pass rates (hud.stats.outcome_class)."""
+
+    SUCCESS = "success", "success"
+    FAILURE = "failure", "failure"
+    TIMED_OUT = "timed_out", "timed out"
+    CANCELLED = "cancelled", "cancelled"
+    SUPERSEDED = "superseded", "superseded by a newer push"
+    EXCLUDED = "excluded", "not counted (unfinished, skipped, neutral)"
+
+
+class LogicalJob(models.Model):
+    """One logical job (CRCR.md, "Identity"): its latest attempt and what is derived from all."""
+
+    downstream = models.ForeignKey(
+        Downstream, on_delete=models.PROTECT, related_name="logical_jobs"
+    )
+    event_type = models.CharField(max_length=40)
+    head_sha = models.CharField(max_length=64)
+    workflow_name = models.CharField(max_length=255)
+    job_name = models.CharField(max_length=255)
+
+    pr_number = models.PositiveBigIntegerField(default=0, help_text="the latest attempt's")
+    # A head SHA can be pushed to two PRs: its attempts then carry different PR numbers.
+    first_pr_number = models.PositiveBigIntegerField(default=0, help_text="the first attempt's")
+    ref = models.CharField(max_length=255, blank=True)
+    latest_job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
+    latest_status = models.CharField(max_length=20, choices=Job.Status.choices)
+    latest_conclusion = models.CharField(max_length=20, choices=Job.Conclusion.choices, blank=True)
+    outcome = models.CharField(max_length=20, choices=OutcomeClass.choices)
+    first_outcome = models.CharField(
+        max_length=20, choices=OutcomeClass.choices, help_text="the first attempt's class"
+    )
+    attempts = models.PositiveIntegerField(help_text="attempt rows; re-runs are attempts - 1")
+    queue_seconds = models.FloatField(null=True, blank=True, help_text="latest attempt")
+    execution_seconds = models.FloatField(null=True, blank=True, help_text="latest attempt")
+    closed_by_sweeper = models.BooleanField(default=False, help_text="latest attempt")
+    failed_tests = models.PositiveIntegerField(default=0, help_text="stored for the latest attempt")
+    placed_at = models.DateTimeField(help_text="the latest attempt's: places the job in a window")
+    first_placed_at = models.DateTimeField()
+    # What this row added to DailyRollup, as JSON {day: {field: n}}: the next write applies the
+    # difference, so rollups move by increments that commute under concurrency.
+    rollup_contribution = models.TextField(default="{}")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["downstream", "event_type", "head_sha", "workflow_name", "job_name"],
+                name="logicaljob_key_unique",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["downstream", "placed_at"], name="logicaljob_downstream_time"),
+            models.Index(fields=["placed_at"], name="logicaljob_time"),
+            models.Index(fields=["downstream", "pr_number"], name="logicaljob_pr"),
+            models.Index(fields=["downstream", "first_pr_number"], name="logicaljob_first_pr"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.downstream_id}:{self.workflow_name}/{self.job_name}@{self.head_sha[:10]}"
+
+    @property
+    def reruns(self) -> int:
+        """Attempts after the first."""
+        return self.attempts - 1
+
+
+class DailyRollup(models.Model):
+    """Counts and duration sums of one backend's jobs of one event type on one UTC day."""
+
+    downstream = models.ForeignKey(Downstream, on_delete=models.PROTECT, related_name="+")
+    event_type = models.CharField(max_length=40)
+    day = models.DateField()
+
+    success = models.IntegerField(default=0)
+    failure = models.IntegerField(default=0)
+    timed_out = models.IntegerField(default=0)
+    cancelled = models.IntegerField(default=0)
+    superseded = models.IntegerField(default=0)
+    excluded = models.IntegerField(default=0)
+    first_success = models.IntegerField(default=0)
+    first_counted = models.IntegerField(default=0)
+    completed_jobs = models.IntegerField(default=0)
+    rerun_jobs = models.IntegerField(default=0)
+    failed_tests = models.BigIntegerField(default=0)
+    completed_attempts = models.IntegerField(default=0)
+    runs = models.IntegerField(default=0, help_text="completed, not skipped attempts")
+    queue_n = models.IntegerField(default=0)
+    # Durations are summed in whole milliseconds so that increments add up exactly.
+    queue_ms = models.BigIntegerField(default=0)
+    execution_n = models.IntegerField(default=0)
+    execution_ms = models.BigIntegerField(default=0)
+    end_to_end_n = models.IntegerField(default=0)
+    end_to_end_ms = models.BigIntegerField(default=0)
+    overrun_known = models.IntegerField(default=0)
+    overrun = models.IntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["downstream", "event_type", "day"], name="dailyrollup_key_unique"
+            ),
+        ]
+        indexes = [models.Index(fields=["day"], name="dailyrollup_day")]
+
+    def __str__(self) -> str:
+        return f"{self.downstream_id}:{self.event_type}@{self.day}"

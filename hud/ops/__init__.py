@@ -1,0 +1,1 @@
+"""hud.ops: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""hud.pages: see docs/architecture.md."""

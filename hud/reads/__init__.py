@@ -1,0 +1,1 @@
+"""hud.reads: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""hud.web: see docs/architecture.md."""

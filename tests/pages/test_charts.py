@@ -1,0 +1,110 @@
+"""Charts read at a glance: one panel per backend, whole-number count ticks, honest empty states."""
+
+import datetime as dt
+import math
+
+import pandas as pd
+
+from hud import stats
+from hud.pages import charts
+
+START = dt.date(2026, 11, 1)
+
+
+def _day(downstream: str, offset: int, successes: int, failures: int, runs: int) -> dict:
+    n = successes + failures
+    rate = successes / n if n else math.nan
+    low, high = stats.wilson_interval(successes, n) if n else (0.0, 1.0)
+    return {
+        "downstream": downstream,
+        "day": START + dt.timedelta(days=offset),
+        "pass_rate": rate,
+        "low": low,
+        "high": high,
+        "n": n,
+        "sufficient": n >= 10,
+        "successes": successes,
+        "failures": failures,
+        "timed_out": 0,
+        "runs": runs,
+        "mean_execution_seconds": 600.0 if runs else math.nan,
+        "p50_execution_seconds": 600.0 if runs else math.nan,
+        "mean_end_to_end_seconds": 700.0 if runs else math.nan,
+        "p50_end_to_end_seconds": 700.0 if runs else math.nan,
+    }
+
+
+def _daily(rows: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["downstream", *stats.DAILY_COLUMNS])
+
+
+BACKENDS = ("org/a", "org/b", "org/c")
+DAILY = _daily(
+    [_day(name, offset, 3, offset % 2, 4) for name in BACKENDS for offset in range(5)]
+    + [_day("org/c", 5, 0, 0, 0)]
+)
+
+
+def _json(figure) -> dict:
+    return charts.figure_json(figure)
+
+
+def test_metrics_charts_draw_one_full_width_panel_per_backend():
+    for figure in (
+        charts.backends_pass_rate_figure(DAILY),
+        charts.backends_count_figure(DAILY, "failures"),
+        charts.backends_count_figure(DAILY, "runs"),
+    ):
+        data = _json(figure)
+        titles = [a["text"] for a in data["layout"]["annotations"]]
+        assert titles == list(BACKENDS)
+        axes = {trace.get("yaxis", "y") for trace in data["data"]}
+        assert axes == {"y", "y2", "y3"}
+        assert data["layout"]["showlegend"] is False
+        assert "barmode" not in data["layout"]  # no grouped bars
+
+
+def test_count_axes_tick_by_whole_numbers():
+    data = _json(charts.backends_count_figure(DAILY, "failures"))
+    for axis in ("yaxis", "yaxis2", "yaxis3"):
+        assert data["layout"][axis]["tickformat"] == ",d"
+        assert data["layout"][axis]["dtick"] == 1  # at most one failure a day: no 0.5 ticks
+    busy = _daily([_day("org/a", offset, 40, 20, 80) for offset in range(3)])
+    runs = _json(charts.backends_count_figure(busy, "runs"))["layout"]["yaxis"]
+    assert runs["tickformat"] == ",d" and "dtick" not in runs
+    volume = _json(charts.volume_figure(busy.drop(columns="downstream")))["layout"]["yaxis"]
+    assert volume["tickformat"] == ",d" and volume["rangemode"] == "tozero"
+
+
+def test_the_band_has_no_interval_on_days_without_results():
+    data = _json(charts.backends_pass_rate_figure(DAILY))
+    band = next(t for t in data["data"] if t["name"] == "95% interval" and t["yaxis"] == "y3")
+    assert band["mode"] == "lines"
+    days = len(band["x"]) // 2
+    high, low_reversed = band["y"][:days], band["y"][days:]
+    assert high[-1] is None and low_reversed[0] is None  # the empty sixth day of org/c
+    assert all(value is not None for value in high[:-1])
+
+
+def test_no_data_draws_a_note_without_axes_band_or_traces():
+    empty = _daily([_day("org/l1", offset, 0, 0, 0) for offset in range(7)])
+    figures = (
+        charts.pass_rate_figure(empty.drop(columns="downstream")),
+        charts.volume_figure(empty.drop(columns="downstream")),
+        charts.duration_figure(empty.drop(columns="downstream")),
+        charts.backends_pass_rate_figure(empty),
+        charts.backends_count_figure(empty, "runs"),
+        charts.backends_count_figure(_daily([]), "failures"),
+    )
+    for figure in figures:
+        data = _json(figure)
+        assert data["data"] == []
+        assert data["layout"]["xaxis"]["visible"] is False
+        assert data["layout"]["yaxis"]["visible"] is False
+        assert [a["text"] for a in data["layout"]["annotations"]] == [charts.NO_DATA]
+
+
+def test_the_toolbar_stands_clear_of_the_title():
+    layout = _json(charts.backends_pass_rate_figure(DAILY))["layout"]
+    assert layout["modebar"]["orientation"] == "v"
+    assert layout["title"]["x"] == 0
