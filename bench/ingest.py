@@ -14,7 +14,7 @@ What it does, all on this machine, cleaning up after itself:
    sockets), and the FLOOR: the same work without a web framework at the same concurrency, side
    by side in the same run — the same validation function (hud.core.payload.parse_callback), the
    same token verification with the same library and key (PyJWT, RS256), the same rows written
-   by the same statements (hud.ingestion.sql's strings) through psycopg with the same
+   by the same statements (hud.models.sql's strings) through psycopg with the same
    transaction boundaries as hud.ingestion.ingest. Tokens and bodies are made before timing.
    Prints both rates and
    `ingest/floor ratio: X.XX` per size;
@@ -62,7 +62,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: E402
 from psycopg.types.json import Jsonb  # noqa: E402
 
 from hud.core.payload import PayloadError, decode_json, parse_callback  # noqa: E402
-from hud.ingestion import derived, sql  # noqa: E402
+from hud.ingestion import derived  # noqa: E402
+from hud.models import sql  # noqa: E402
 from tests.support.oidc import CRCR_AUDIENCE, GITHUB_ISSUER, OidcIssuer, SigningKey  # noqa: E402
 from tests.support.oidc import _JwksServer as JwksServer  # noqa: E402
 
@@ -409,7 +410,7 @@ def floor_derived(
 def floor_callback(conn: psycopg.Connection, keys: dict, callback: Callback) -> str:
     """One callback through the floor: verify, consume jti, admit, validate, store.
 
-    The statements are hud.ingestion.sql's, in hud.ingestion.ingest's order and in its one
+    The statements are hud.models.sql's, in hud.ingestion.ingest's order and in its one
     transaction (the token is spent with the result); the parameters are built
     here, straight from the parsed callback.
     """

@@ -8,3 +8,7 @@ class HudConfig(AppConfig):
 
     name = "hud"
     verbose_name = "CRCR HUD"
+
+    def ready(self) -> None:
+        """Register the Celery tasks, so hud.core.taskqueue finds each by its stable name."""
+        from hud import tasks  # noqa: F401

@@ -30,9 +30,9 @@ from django.dispatch import receiver
 from django.http import HttpRequest
 
 from hud.accounts.sign_in import SignInForm, when_github_configured
+from hud.levels.roles import ADMIN_GROUP
 from hud.models import BackendMaintainer, Downstream
 from hud.ops import demo
-from hud.promotion import ADMIN_GROUP
 
 logger = logging.getLogger(__name__)
 PROVIDER_ID = "github"

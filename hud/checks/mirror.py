@@ -39,10 +39,13 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef, Q
+from prometheus_client import Counter
 
-from hud import github, notifications, relay
-from hud.core import clock, leases
+from hud import attribution, github, levels, notifications
+from hud.core import clock, leases, taskqueue
 from hud.core.payload import workflow_url_pattern
+from hud.github import mirror_enabled
+from hud.levels import effective_levels
 from hud.models import (
     CheckRunMirror,
     Delivery,
@@ -55,7 +58,7 @@ from hud.models import (
     OncallComment,
     RerunRequest,
 )
-from hud.ops import metrics
+from hud.reads import selectors
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +91,13 @@ GATE_RULE = (
     "silent for {zombie} as timed out) or has not started within {settle} of the dispatch. "
     "Otherwise it passes; cancelled and timed-out jobs and backends with no response within "
     "{settle} do not block. A commit with no L4 backend passes."
+)
+
+MIRROR_ERRORS = Counter(
+    "crcr_mirror_github_errors",
+    "Failed GitHub calls of the mirror (hud.checks) by kind (check_run, gate, oncall_comment, "
+    "rerun) and outcome (retry, given_up), counted in the process that made the call.",
+    ["kind", "outcome"],
 )
 
 
@@ -124,16 +134,6 @@ def combine(outcomes: Iterable[SyncOutcome]) -> SyncOutcome:
 
 
 # --- settings and small helpers -------------------------------------------------------------
-
-
-def mirror_enabled() -> bool:
-    """Whether check runs and comments are sent: CRCR_CHECK_RUNS on and an upstream app set."""
-    key = getattr(settings, "GITHUB_APP_PRIVATE_KEY", None) or getattr(
-        settings, "GITHUB_APP_PRIVATE_KEY_FILE", None
-    )
-    return bool(
-        getattr(settings, "CRCR_CHECK_RUNS", True) and getattr(settings, "GITHUB_APP_ID", None)
-    ) and bool(key)
 
 
 def _max_attempts() -> int:
@@ -199,7 +199,7 @@ def device_label(downstream: Downstream) -> str | None:
 
 
 def _effective_level(downstream: Downstream, now: dt.datetime) -> int:
-    return relay.effective_levels([downstream], now)[downstream.id]
+    return effective_levels([downstream], now)[downstream.id]
 
 
 def mirror_decision(job: Job, now: dt.datetime | None = None) -> tuple[bool, str, int]:
@@ -242,7 +242,7 @@ def _latest_attempts(jobs: Iterable[Job]) -> list[Job]:
 
 
 def _claim(model: type, row_id: int, now: dt.datetime) -> bool:
-    lease = relay.lease_seconds()
+    lease = github.lease_seconds()
     free = Q(claimed_at__isnull=True) | Q(claimed_at__lt=now - dt.timedelta(seconds=lease))
     orphaned = leases.left_by_this_task(model.__name__, row_id)
     if orphaned is not None:  # this task's earlier run died holding the row
@@ -308,7 +308,7 @@ def _failed_attempt(
         # longest step, until GitHub answers. Only a refusal (4xx) gives up.
         attempts = min(attempts, _max_attempts() - 1)
     kind = _METRIC_KINDS.get(model.__name__, model.__name__)
-    metrics.MIRROR_ERRORS.labels(kind, "given_up" if given_up else "retry").inc()
+    MIRROR_ERRORS.labels(kind, "given_up" if given_up else "retry").inc()
     if not given_up:
         _write(model, row.id, claimed_at, attempts=attempts, last_error=_error_text(error))
         logger.warning(
@@ -316,7 +316,7 @@ def _failed_attempt(
             extra={"model": model.__name__, "row": row.id, "error": _error_text(error)},
         )
         return SyncOutcome(
-            SyncResult.RETRY, relay.retry_delay(attempts, retry_after), _error_text(error)
+            SyncResult.RETRY, github.retry_delay(attempts, retry_after), _error_text(error)
         )
     # Given up (or refused outright): the reconciler leaves it until the desired state changes.
     _write(model, row.id, claimed_at, attempts=_max_attempts(), last_error=_error_text(error))
@@ -638,7 +638,6 @@ def mirror_job(job_id: int) -> SyncOutcome:
 
 def backfill(head_sha: str) -> int:
     """After a `ciflow/crcr/*` label: enqueue the check runs of jobs already on that head SHA."""
-    from hud import tasks
 
     if not mirror_enabled() or not head_sha:
         return 0
@@ -650,7 +649,7 @@ def backfill(head_sha: str) -> int:
     )
     latest = sorted(_latest_attempts(jobs), key=lambda job: job.id)
     for job in latest:
-        tasks.enqueue(tasks.mirror_job, job.id)
+        taskqueue.enqueue("crcr.mirror_job", job.id)
     return len(latest)
 
 
@@ -658,7 +657,7 @@ def backfill(head_sha: str) -> int:
 
 
 def _settle() -> dt.timedelta:
-    return relay.no_response_after()
+    return selectors.no_response_after()
 
 
 def _hours(delta_seconds: float) -> str:
@@ -747,7 +746,7 @@ def gate_decision(head_sha: str, now: dt.datetime | None = None) -> dict[str, An
     for dispatch in dispatches:
         per_backend[dispatch.downstream_id].append(dispatch)
     backends = {d.downstream_id: d.downstream for d in dispatches}
-    levels = relay.effective_levels(backends.values(), now) if backends else {}
+    levels = effective_levels(backends.values(), now) if backends else {}
     l4 = sorted(
         (backends[i] for i, level in levels.items() if level >= Level.L4),
         key=lambda d: d.full_name.lower(),
@@ -1117,7 +1116,7 @@ def pr_mirror_state(
         .order_by("-placed_at", "-id")
     )
     job_list = list(jobs)
-    levels = relay.effective_levels({j.downstream_id: j.downstream for j in job_list}.values(), now)
+    levels = effective_levels({j.downstream_id: j.downstream for j in job_list}.values(), now)
     labels = {label.lower() for label in _pr_labels(pr_number)}
     mirroring = mirror_enabled()
     check_runs = []
@@ -1191,8 +1190,6 @@ def _downstream_from_name(name: str) -> Downstream | None:
     parts = name[len(CHECK_NAME_PREFIX) :].split("/")
     if len(parts) < 4:
         return None
-    from hud import levels
-
     return levels.find_downstream(f"{parts[0]}/{parts[1]}")
 
 
@@ -1223,7 +1220,6 @@ def _run_of_check_run(check_run: dict[str, Any]) -> tuple[Downstream, int, str] 
 
 def request_reruns(delivery: Delivery, event: str, body: dict[str, Any]) -> str:
     """Record the re-runs a `rerequested` event asks for and enqueue them; a sentence."""
-    from hud import tasks
 
     now = clock.now()
     targets: list[tuple[Downstream, int, str, str]] = []
@@ -1231,7 +1227,7 @@ def request_reruns(delivery: Delivery, event: str, body: dict[str, Any]) -> str:
         check_run = body.get("check_run") if isinstance(body.get("check_run"), dict) else {}
         if check_run.get("name") == GATE_NAME:
             sha = str(check_run.get("head_sha") or "")
-            tasks.enqueue(tasks.sync_gate, sha)
+            taskqueue.enqueue("crcr.sync_gate", sha)
             return "crcr/gate re-requested: the gate is evaluated again"
         found = _run_of_check_run(check_run)
         if found is None:
@@ -1280,7 +1276,7 @@ def request_reruns(delivery: Delivery, event: str, body: dict[str, Any]) -> str:
                 )
         except IntegrityError:
             continue
-        tasks.enqueue(tasks.send_rerun, row.id)
+        taskqueue.enqueue("crcr.send_rerun", row.id)
         created += 1
     detail = f"{event} rerequested: {created} downstream re-run(s) requested"
     if refused:
@@ -1291,7 +1287,7 @@ def request_reruns(delivery: Delivery, event: str, body: dict[str, Any]) -> str:
 def send_rerun(rerun_id: int) -> SyncOutcome:
     """Ask GitHub to re-run one downstream run once; an already running run is not an error."""
     now = clock.now()
-    expired = now - dt.timedelta(seconds=relay.lease_seconds())
+    expired = now - dt.timedelta(seconds=github.lease_seconds())
     claimed = (
         RerunRequest.objects.filter(id=rerun_id, outcome=RerunRequest.Outcome.PENDING)
         .filter(Q(claimed_at__isnull=True) | Q(claimed_at__lt=expired))
@@ -1309,18 +1305,20 @@ def send_rerun(rerun_id: int) -> SyncOutcome:
                 result = client.rerun_run(repo, row.run_id)
     except github.GitHubError as error:
         retryable = error.retryable and row.attempts < _max_attempts()
-        metrics.MIRROR_ERRORS.labels("rerun", "retry" if retryable else "given_up").inc()
+        MIRROR_ERRORS.labels("rerun", "retry" if retryable else "given_up").inc()
         if retryable:
             RerunRequest.objects.filter(id=rerun_id, claimed_at=now).update(
                 reason=_error_text(error)
             )
-            return SyncOutcome(SyncResult.RETRY, relay.retry_delay(row.attempts, error.retry_after))
+            return SyncOutcome(
+                SyncResult.RETRY, github.retry_delay(row.attempts, error.retry_after)
+            )
         RerunRequest.objects.filter(id=rerun_id, claimed_at=now).update(
             outcome=RerunRequest.Outcome.FAILED, reason=_error_text(error)
         )
         return SyncOutcome(SyncResult.FAILED, detail=_error_text(error))
     except (github.GitHubConfigError, ValueError) as error:
-        metrics.MIRROR_ERRORS.labels("rerun", "given_up").inc()
+        MIRROR_ERRORS.labels("rerun", "given_up").inc()
         RerunRequest.objects.filter(id=rerun_id, claimed_at=now).update(
             outcome=RerunRequest.Outcome.FAILED, reason=_error_text(error)
         )
@@ -1340,7 +1338,6 @@ def send_rerun(rerun_id: int) -> SyncOutcome:
 
 def on_stored_event(delivery: Delivery, event: str, body: dict[str, Any]) -> str:
     """Part 2's reaction to a stored (not dispatched) webhook; a sentence, or "" for none."""
-    from hud import tasks
 
     if not mirror_enabled():
         return ""
@@ -1349,7 +1346,7 @@ def on_stored_event(delivery: Delivery, event: str, body: dict[str, Any]) -> str
         label = body.get("label") if isinstance(body.get("label"), dict) else {}
         name = str(label.get("name") or "")
         if name.lower().startswith(LABEL_PREFIX) and delivery.head_sha:
-            tasks.enqueue(tasks.mirror_backfill, delivery.head_sha)
+            taskqueue.enqueue("crcr.mirror_backfill", delivery.head_sha)
             return f"label {name} recorded; check runs back-filled for {delivery.head_sha[:12]}"
         return ""
     if event in ("check_run", "check_suite") and action == "rerequested":
@@ -1367,8 +1364,6 @@ def oncall_ping_silenced(jobs: list[Job]) -> set[int]:
     silenced: a ping too many is better than a failure nobody hears of.
     """
     try:
-        from hud import attribution
-
         verdicts = attribution.verdicts_for(jobs)
         index = attribution.index_by_job(verdicts)
     except Exception:
@@ -1552,7 +1547,6 @@ def reconcile(limit: int = 500) -> dict[str, int]:
     A lost enqueue, a crashed worker (its lease runs out), a GitHub outage or a sweeper close
     (which enqueues nothing) all end here; the claims keep anything from being sent twice.
     """
-    from hud import tasks
 
     if not mirror_enabled():
         return {}
@@ -1563,7 +1557,7 @@ def reconcile(limit: int = 500) -> dict[str, int]:
     window = now - dt.timedelta(
         seconds=int(getattr(settings, "CRCR_MIRROR_WINDOW_SECONDS", 3 * 86400))
     )
-    expired = now - dt.timedelta(seconds=relay.lease_seconds())
+    expired = now - dt.timedelta(seconds=github.lease_seconds())
     free = Q(claimed_at__isnull=True) | Q(claimed_at__lt=expired)
     max_attempts = _max_attempts()
 
@@ -1600,7 +1594,7 @@ def reconcile(limit: int = 500) -> dict[str, int]:
         .values_list("id", flat=True)[:limit]
     )
     for job_id in job_ids:
-        tasks.enqueue(tasks.mirror_job, job_id)
+        taskqueue.enqueue("crcr.mirror_job", job_id)
 
     newer_job = Job.objects.filter(
         head_sha=OuterRef("head_sha"), updated_at__gt=OuterRef("evaluated_at")
@@ -1631,7 +1625,7 @@ def reconcile(limit: int = 500) -> dict[str, int]:
         .distinct()[:limit]
     )
     for sha in sorted(gate_shas):
-        tasks.enqueue(tasks.sync_gate, sha)
+        taskqueue.enqueue("crcr.sync_gate", sha)
 
     comments = list(
         OncallComment.objects.filter(created_at__gte=window, attempts__lt=max_attempts)
@@ -1641,7 +1635,7 @@ def reconcile(limit: int = 500) -> dict[str, int]:
         .values_list("pr_number", "downstream_id")[:limit]
     )
     for pr_number, downstream_id in comments:
-        tasks.enqueue(tasks.sync_oncall_comment, pr_number, downstream_id)
+        taskqueue.enqueue("crcr.sync_oncall_comment", pr_number, downstream_id)
 
     reruns = list(
         RerunRequest.objects.filter(
@@ -1654,7 +1648,7 @@ def reconcile(limit: int = 500) -> dict[str, int]:
         .values_list("id", flat=True)[:limit]
     )
     for rerun_id in reruns:
-        tasks.enqueue(tasks.send_rerun, rerun_id)
+        taskqueue.enqueue("crcr.send_rerun", rerun_id)
     return {
         "check_runs": len(job_ids),
         "gates": len(gate_shas),

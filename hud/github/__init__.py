@@ -69,6 +69,16 @@ _ALREADY_RUNNING_HINTS = ("already running", "is running", "already been re-run"
 Sleep = Callable[[float], None]
 
 
+def mirror_enabled() -> bool:
+    """Whether check runs and comments are sent: CRCR_CHECK_RUNS on and an upstream app set."""
+    key = getattr(settings, "GITHUB_APP_PRIVATE_KEY", None) or getattr(
+        settings, "GITHUB_APP_PRIVATE_KEY_FILE", None
+    )
+    return bool(
+        getattr(settings, "CRCR_CHECK_RUNS", True) and getattr(settings, "GITHUB_APP_ID", None)
+    ) and bool(key)
+
+
 def sleep(seconds: float) -> None:
     """Block for `seconds`; tests replace this module attribute to record waits instead."""
     time.sleep(seconds)
@@ -765,3 +775,21 @@ def dispatch_client(**overrides: Any) -> GitHubApp:
         )
     options = {**_client_options(), "key_setting": "GITHUB_DISPATCH_APP_PRIVATE_KEY", **overrides}
     return GitHubApp(app_id, key, **options)
+
+
+# --- Leases on rows sent to GitHub (hud.relay's dispatches, hud.checks' syncs) ----------
+
+
+def lease_seconds() -> float:
+    """How long a claimed send owns its row: longer than one send can possibly take."""
+    client_bound = float(getattr(settings, "GITHUB_TIMEOUT", None) or DEFAULT_TIMEOUT) * int(
+        getattr(settings, "GITHUB_MAX_ATTEMPTS", None) or DEFAULT_MAX_ATTEMPTS
+    ) + float(getattr(settings, "GITHUB_MAX_RETRY_WAIT", None) or DEFAULT_MAX_RETRY_WAIT)
+    return max(float(settings.CRCR_DISPATCH_LEASE_SECONDS), client_bound + 30.0)
+
+
+def retry_delay(attempts: int, retry_after: float | None) -> float:
+    """Seconds before the next attempt: past the lease, GitHub's figure, jittered backoff."""
+    backoff = min(3600.0, 30.0 * 2 ** max(attempts - 1, 0))
+    base = max(lease_seconds(), retry_after or 0.0, backoff)
+    return base + random.uniform(0, base * 0.1)

@@ -13,11 +13,10 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
-from hud import levels
-from hud.checks import mirror
-from hud.core import allowlist, clock, inputs
+from hud import github, levels
+from hud.core import allowlist, clock, inputs, taskqueue
 from hud.core.payload import CallbackData, PayloadError, decode_json, parse_callback
-from hud.ingestion import derived, sql
+from hud.ingestion import derived
 from hud.models import (
     Downstream,
     Job,
@@ -25,6 +24,7 @@ from hud.models import (
     RateBucket,
     RerunRequest,
     UsedToken,
+    sql,
 )
 
 logger = logging.getLogger(__name__)
@@ -324,12 +324,10 @@ def _insert_job(job: Job) -> bool:
 def _enqueue_mirror(downstream: Downstream, job: Job) -> None:
     """On commit, mirror an L3/L4 verified result onto the upstream PR (hud.checks decides)."""
     if job.verified and downstream.level >= Level.L3 and job.source != Job.Source.IMPORT:
-        from hud import tasks  # hud.tasks imports this module
-
-        if not mirror.mirror_enabled():
+        if not github.mirror_enabled():
             return  # the task would do nothing; not queueing it keeps bulk loads (the demo) fast
 
-        tasks.enqueue(tasks.mirror_job, job.id)
+        taskqueue.enqueue("crcr.mirror_job", job.id)
 
 
 def _check_against_delivery(data: CallbackData, delivery: KnownDelivery) -> None:
@@ -469,7 +467,12 @@ def _transition(
         job.timing_source = Job.TimingSource.SERVER
     job.updated_at = now
     with connection.cursor() as cursor:
-        cursor.execute(sql.COMPLETE_JOB, [*sql.values(job, sql.COMPLETION_COLUMNS), job.id])
+        cursor.execute(
+            sql.COMPLETE_JOB,
+            [*sql.values(job, sql.COMPLETION_COLUMNS), job.id, Job.Status.COMPLETED],
+        )
+        if cursor.rowcount == 0:  # completed meanwhile: the SQL guard kept the stored result
+            return Outcome("duplicate", job.id)
     # Nothing to delete first: a job completes from in_progress or a sweeper close, and
     # failed tests are stored only with a completion.
     _store_failed_tests(job, data)

@@ -7,7 +7,9 @@ back-dated, so "30 days at L2" can be answered for imported history too.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
@@ -16,8 +18,7 @@ from django.db.models.functions import Lower
 
 from hud.core import clock
 from hud.core.allowlist import AllowlistEntry, parse_allowlist, render_allowlist
-from hud.ingestion import sql
-from hud.models import AllowlistImport, Downstream, Level, LevelChange
+from hud.models import AllowlistImport, Downstream, Level, LevelChange, LevelOverride, sql
 
 
 def _label(level: int | None) -> str:
@@ -86,7 +87,7 @@ class ImportReport:
 def find_downstream(full_name: str) -> Downstream | None:
     """The downstream with this owner/repo (or an alias of it), case-insensitively, or None."""
     name = full_name.strip().lower()
-    # Plain SQL: every callback asks (hud.ingestion.sql).
+    # Plain SQL: every callback asks (hud.models.sql).
     with connection.cursor() as cursor:
         cursor.execute(sql.FIND_DOWNSTREAM, [name])
         row = cursor.fetchone()
@@ -319,3 +320,49 @@ def export_allowlist_text() -> str:
         for downstream in Downstream.objects.filter(delisted=False).order_by(Lower("full_name"))
     ]
     return render_allowlist(entries, original_text=latest.text if latest else None)
+
+
+# --- Effective level: the one copy (hud.promotion, hud.relay, hud.reads, hud.checks) --------
+# An active override (unrevoked, created by `now`, unexpired) wins over the allowlist level;
+# of several, the lowest level, then the newest.
+
+
+def active_overrides(downstream_ids: list[int], now: dt.datetime) -> dict[int, LevelOverride]:
+    """The override in force at `now` for each backend that has one (one query, any count)."""
+    rows = LevelOverride.objects.filter(
+        downstream_id__in=downstream_ids,
+        revoked_at__isnull=True,
+        created_at__lte=now,
+        expires_at__gt=now,
+    ).order_by("downstream_id", "level", "-created_at")
+    overrides: dict[int, LevelOverride] = {}
+    for override in rows:
+        # Same precedence as active_override: the lowest level, newest first.
+        overrides.setdefault(override.downstream_id, override)
+    return overrides
+
+
+def active_override(downstream: Downstream, now: dt.datetime | None = None) -> LevelOverride | None:
+    """The override in force at `now` (expiry is read-time: no task needs to run)."""
+    now = now or clock.now()
+    return (
+        LevelOverride.objects.filter(
+            downstream=downstream, revoked_at__isnull=True, created_at__lte=now, expires_at__gt=now
+        )
+        .order_by("level", "-created_at")
+        .first()
+    )
+
+
+def effective_level(downstream: Downstream, now: dt.datetime | None = None) -> int:
+    """The level this server acts on: an active override wins over the allowlist level."""
+    override = active_override(downstream, now)
+    return override.level if override else downstream.level
+
+
+def effective_levels(downstreams: Iterable[Downstream], now: dt.datetime) -> dict[int, int]:
+    """Each downstream's effective level at `now` (one query, any count)."""
+    levels = {d.id: d.level for d in downstreams}
+    for downstream_id, override in active_overrides(list(levels), now).items():
+        levels[downstream_id] = override.level
+    return levels

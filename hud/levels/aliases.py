@@ -16,8 +16,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.db.models.functions import Lower
 
-from hud import promotion
 from hud.core import allowlist, clock
+from hud.levels import roles
 from hud.models import Downstream, RepositoryAlias
 
 logger = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def record_alias(
     With `rename`, the backend takes `name` (the repository's new owner/repo) and its current
     name becomes the alias; without, `name` becomes an alias of the backend as it is.
     """
-    promotion.require_admin(user)
+    roles.require_admin(user)
     name = name.strip()
     reason = reason.strip()
     if not allowlist.is_repository_name(name):

@@ -27,7 +27,9 @@ from django.core.validators import URLValidator, validate_email
 from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import F, Max, Q
 
-from hud.core import clock
+from hud import levels
+from hud.core import clock, taskqueue
+from hud.levels import roles
 from hud.models import (
     DemotionWarning,
     Downstream,
@@ -37,6 +39,7 @@ from hud.models import (
     NotificationTarget,
     PromotionRequest,
 )
+from hud.reads import selectors
 
 logger = logging.getLogger(__name__)
 
@@ -234,7 +237,6 @@ def matching_targets(event: Event) -> list[NotificationTarget]:
 
 def emit(event: Event) -> list[int]:
     """Record `event` once per matching target and send each after commit; return new row ids."""
-    from hud import tasks
 
     targets = matching_targets(event)
     if not targets:
@@ -260,7 +262,7 @@ def emit(event: Event) -> list[int]:
         except IntegrityError:
             continue  # this event already went (or is going) to this target
         created.append(row.pk)
-        tasks.enqueue(tasks.send_notification, row.pk)
+        taskqueue.enqueue("crcr.send_notification", row.pk)
     if created:
         logger.info(
             "notifications recorded",
@@ -321,13 +323,11 @@ def stale_event(downstream: Downstream, last_result_at: dt.datetime, now: dt.dat
 
 def silent_streak(downstream: Downstream, now: dt.datetime) -> tuple[int, int] | None:
     """(unanswered dispatches, id of the last answered one or 0) when the latest N are silent."""
-    from hud import relay
-
     wanted = settings.CRCR_NOTIFY_SILENT_DISPATCHES
     if wanted < 1:
         return None
-    settled_before = now - relay.no_response_after()
-    sent = relay._sent_to_l2_plus(now - dt.timedelta(days=365), settled_before).filter(
+    settled_before = now - selectors.no_response_after()
+    sent = selectors.sent_to_l2_plus(now - dt.timedelta(days=365), settled_before).filter(
         downstream=downstream
     )
     latest = list(sent.order_by("-dispatched_at", "-id").values("id", "answered")[:wanted])
@@ -389,10 +389,8 @@ def notify_gate_failure(
     `head_sha`; the periodic check calls it for every L4 backend too. One event per failing
     streak, named by the streak's first SHA.
     """
-    from hud import promotion
-
     wanted = settings.CRCR_NOTIFY_GATE_FAILURES
-    if wanted < 1 or promotion.effective_level(downstream) != Level.L4:
+    if wanted < 1 or levels.effective_level(downstream) != Level.L4:
         return []
     streak = []
     for sha, failed in failing_shas(downstream):
@@ -433,8 +431,6 @@ def notify_gate_decision(decision: dict[str, Any]) -> list[int]:
 
 def check_backends(now: dt.datetime | None = None) -> dict[str, int]:
     """The periodic health check of listed L2+ backends: stale, silent, repeated gate failures."""
-    from hud import promotion
-
     now = now or clock.now()
     counts = {"stale": 0, "silent": 0, "gate_failures": 0}
     backends = list(Downstream.objects.filter(delisted=False, level__gte=Level.L2))
@@ -445,7 +441,7 @@ def check_backends(now: dt.datetime | None = None) -> dict[str, int]:
         .values_list("downstream_id", "last")
     )
     for backend in backends:
-        if promotion.effective_level(backend, now) < Level.L2:
+        if levels.effective_level(backend, now) < Level.L2:
             continue  # held at L1 by an override: its results are ignored, silence is expected
         last = last_results.get(backend.pk)
         if last is not None and now - last > stale_after():
@@ -587,23 +583,21 @@ def due(now: dt.datetime | None = None) -> Iterable[int]:
 
 def reconcile(limit: int = 200) -> int:
     """Re-enqueue due notifications: lost enqueues, crashed senders and retries after backoff."""
-    from hud import tasks
 
     ids = list(due()[:limit])
     for notification_id in ids:
-        tasks.enqueue(tasks.send_notification, notification_id)
+        taskqueue.enqueue("crcr.send_notification", notification_id)
     return len(ids)
 
 
 def retry_now(notification: Notification) -> bool:
     """An admin asks to try a failed (even given-up) notification again now."""
-    from hud import tasks
 
     updated = Notification.objects.filter(
         pk=notification.pk, status=Notification.Status.FAILED
     ).update(next_attempt_at=clock.now())
     if updated:
-        tasks.enqueue(tasks.send_notification, notification.pk)
+        taskqueue.enqueue("crcr.send_notification", notification.pk)
     return bool(updated)
 
 
@@ -637,9 +631,7 @@ def create_target(
     description: str = "",
 ) -> NotificationTarget:
     """An admin adds an email address or a webhook, for one backend or for all."""
-    from hud import promotion
-
-    promotion.require_admin(user)
+    roles.require_admin(user)
     events = sorted(set(events))
     unknown = [name for name in events if name not in EVENT_TYPES]
     if unknown:
@@ -665,15 +657,11 @@ def create_target(
 
 def set_target_enabled(user: Any, target: NotificationTarget, enabled: bool) -> None:
     """An admin pauses or resumes a target."""
-    from hud import promotion
-
-    promotion.require_admin(user)
+    roles.require_admin(user)
     NotificationTarget.objects.filter(pk=target.pk).update(enabled=enabled)
 
 
 def delete_target(user: Any, target: NotificationTarget) -> None:
     """An admin removes a target (its notifications stay in the audit list)."""
-    from hud import promotion
-
-    promotion.require_admin(user)
+    roles.require_admin(user)
     target.delete()

@@ -37,7 +37,9 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import REGISTRY, Collector
 
-from hud.core import clock
+from hud import github
+from hud.checks import mirror
+from hud.core import clock, taskqueue
 from hud.models import (
     CheckRunMirror,
     Dispatch,
@@ -62,12 +64,7 @@ INGEST_OUTCOMES = Counter(
     "accepted body (created, updated, duplicate, …) or the error code of a refused one.",
     ["endpoint", "outcome"],
 )
-MIRROR_ERRORS = Counter(
-    "crcr_mirror_github_errors",
-    "Failed GitHub calls of the mirror (hud.checks) by kind (check_run, gate, oncall_comment, "
-    "rerun) and outcome (retry, given_up), counted in the process that made the call.",
-    ["kind", "outcome"],
-)
+MIRROR_ERRORS = mirror.MIRROR_ERRORS  # defined where it is counted; exported here
 
 SWEEPER_WINDOW = dt.timedelta(hours=24)
 SWEEPER_OUTAGE_MARGIN = dt.timedelta(days=7)
@@ -96,11 +93,7 @@ def queue_depth() -> QueueDepth:
         except redis.RedisError as error:
             logger.warning("broker queue length unavailable", extra={"error": type(error).__name__})
             return QueueDepth("redis", None)
-    from hud import tasks
-
-    pool = tasks._pool
-    pending = pool._work_queue.qsize() if pool is not None else 0
-    return QueueDepth("inprocess", pending)
+    return QueueDepth("inprocess", taskqueue.in_process_queue_depth())
 
 
 def _mirror_window(now: dt.datetime) -> tuple[dt.datetime, int]:
@@ -165,9 +158,7 @@ def github_unsynced_since(
     down, a lost enqueue): a check run computed from an older job state, a gate not evaluated
     since its job changed, a job with no mirror row at all. `backlogs`: reconciler_backlogs'.
     """
-    from hud.checks import mirror  # hud.checks.mirror counts its errors here
-
-    if not mirror.mirror_enabled():
+    if not github.mirror_enabled():
         return None
     window, _ = _mirror_window(now)
     gate_evaluated = Exists(

@@ -13,15 +13,15 @@ from typing import Any
 
 import pandas as pd
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Max, Q
 
 from hud import attribution, gates, levels, notifications, stats
 from hud.core import clock
+from hud.levels import active_override, effective_level  # noqa: F401  (one copy, in hud.levels)
+from hud.levels.roles import ADMIN_GROUP, User, is_admin, maintains, require_admin  # noqa: F401
 from hud.models import (
-    BackendMaintainer,
     DemotionWarning,
     Downstream,
     GateEvaluation,
@@ -35,56 +35,6 @@ from hud.models import (
 from hud.reads import selectors
 
 logger = logging.getLogger(__name__)
-ADMIN_GROUP = "crcr-admins"
-User = AbstractBaseUser | AnonymousUser
-
-
-# --- Roles ------------------------------------------------------------------------------
-
-
-def is_admin(user: User) -> bool:
-    """A CRCR admin: a superuser or a member of the `crcr-admins` group."""
-    return bool(
-        user.is_authenticated
-        and (user.is_superuser or user.groups.filter(name=ADMIN_GROUP).exists())
-    )
-
-
-def maintains(user: User, downstream: Downstream) -> bool:
-    """Whether `user` maintains `downstream` (admins maintain every backend)."""
-    if not user.is_authenticated:
-        return False
-    return (
-        is_admin(user)
-        or BackendMaintainer.objects.filter(user=user, downstream=downstream).exists()
-    )
-
-
-def require_admin(user: User) -> None:
-    """Raise PermissionDenied unless `user` is a CRCR admin."""
-    if not is_admin(user):
-        raise PermissionDenied("only CRCR admins may do this")
-
-
-# --- Effective level ------------------------------------------------------------------
-
-
-def active_override(downstream: Downstream, now: dt.datetime | None = None) -> LevelOverride | None:
-    """The override in force at `now` (expiry is read-time: no task needs to run)."""
-    now = now or clock.now()
-    return (
-        LevelOverride.objects.filter(
-            downstream=downstream, revoked_at__isnull=True, created_at__lte=now, expires_at__gt=now
-        )
-        .order_by("level", "-created_at")
-        .first()
-    )
-
-
-def effective_level(downstream: Downstream, now: dt.datetime | None = None) -> int:
-    """The level this server acts on: an active override wins over the allowlist level."""
-    override = active_override(downstream, now)
-    return override.level if override else downstream.level
 
 
 def level_since(downstream: Downstream, as_of: dt.datetime) -> dt.datetime | None:

@@ -4,9 +4,11 @@ import datetime as dt
 from dataclasses import dataclass
 
 import pandas as pd
-from django.db.models import Count, Max, OuterRef, Prefetch, QuerySet, Subquery
+from django.conf import settings
+from django.db.models import Count, Exists, Max, OuterRef, Prefetch, QuerySet, Subquery
 
 from hud import stats
+from hud.levels import active_overrides  # noqa: F401  (one copy, in hud.levels)
 from hud.models import (
     Delivery,
     DemotionWarning,
@@ -15,7 +17,7 @@ from hud.models import (
     FailedTest,
     GateEvaluation,
     Job,
-    LevelOverride,
+    Level,
     PromotionRequest,
 )
 
@@ -151,21 +153,6 @@ def jobs_frame(
 
 
 # --------------------------------------------------------------------------- page reads
-
-
-def active_overrides(downstream_ids: list[int], now: dt.datetime) -> dict[int, LevelOverride]:
-    """The override in force at `now` for each backend that has one (one query, any count)."""
-    rows = LevelOverride.objects.filter(
-        downstream_id__in=downstream_ids,
-        revoked_at__isnull=True,
-        created_at__lte=now,
-        expires_at__gt=now,
-    ).order_by("downstream_id", "level", "-created_at")
-    overrides: dict[int, LevelOverride] = {}
-    for override in rows:
-        # Same precedence as hud.promotion.active_override: the lowest level, newest first.
-        overrides.setdefault(override.downstream_id, override)
-    return overrides
 
 
 def gate_evaluations(downstream_id: int, since: dt.date) -> list[tuple[dt.date, dict]]:
@@ -329,3 +316,21 @@ def pr_titles(numbers: list[int]) -> dict[int, str]:
     for number, title in rows:
         titles.setdefault(number, title)
     return titles
+
+
+def no_response_after() -> dt.timedelta:
+    """How long an L2+ backend has to send a first callback (CRCR_NO_RESPONSE_AFTER)."""
+    return dt.timedelta(seconds=settings.CRCR_NO_RESPONSE_AFTER_SECONDS)
+
+
+def sent_to_l2_plus(start: dt.datetime, end: dt.datetime) -> QuerySet[Dispatch]:
+    """Dispatches sent to L2+ backends between `start` and `end`, each marked `answered`."""
+    answered = Job.objects.filter(
+        downstream_id=OuterRef("downstream_id"), delivery_id=OuterRef("delivery__delivery_id")
+    )
+    return Dispatch.objects.filter(
+        outcome=Dispatch.Outcome.SENT,
+        level_at_dispatch__gte=Level.L2,
+        dispatched_at__gte=start,
+        dispatched_at__lte=end,
+    ).annotate(answered=Exists(answered))

@@ -23,18 +23,20 @@ import fnmatch
 import hashlib
 import json
 import logging
-import random
 from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
+from django.db.models import Count, F, Q
 
 from hud import github
-from hud.core import clock, leases
+from hud.checks import mirror
+from hud.core import clock, leases, taskqueue
 from hud.core.payload import cut_utf8
-from hud.models import Delivery, Dispatch, Downstream, Job, Level, LevelOverride
+from hud.levels import effective_levels
+from hud.models import Delivery, Dispatch, Downstream, Job, Level
+from hud.reads import selectors
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +67,10 @@ COMPACTABLE_OBJECTS = (
 IDENTIFYING_KEYS = ("id", "node_id", "name", "full_name", "login", "html_url", "default_branch")
 REASON_MAX_CHARS = 500
 MIN_CAPPED_STRING_BYTES = 64
+# The send lease and retry delay are hud.github's (one copy, shared with hud.checks).
+lease_seconds = github.lease_seconds
+retry_delay = github.retry_delay
+no_response_after = selectors.no_response_after
 
 
 class WebhookStatus(enum.StrEnum):
@@ -216,24 +222,6 @@ def dispatch_decision(event: str, body: dict[str, Any]) -> tuple[bool, str]:
     return False, f"{event} events are stored, not dispatched"
 
 
-def effective_levels(downstreams: Iterable[Downstream], now: dt.datetime) -> dict[int, int]:
-    """Each downstream's level now: an unexpired, unrevoked admin override wins."""
-    levels = {d.id: d.level for d in downstreams}
-    overrides = (
-        LevelOverride.objects.filter(
-            downstream_id__in=levels, revoked_at__isnull=True, expires_at__gt=now
-        )
-        .order_by("downstream_id", "-created_at")
-        .values_list("downstream_id", "level")
-    )
-    seen: set[int] = set()
-    for downstream_id, level in overrides:
-        if downstream_id not in seen:
-            seen.add(downstream_id)
-            levels[downstream_id] = level
-    return levels
-
-
 def receive_webhook(
     delivery_id: str, event: str, body: dict[str, Any], raw_body: bytes
 ) -> WebhookOutcome:
@@ -257,20 +245,16 @@ def receive_webhook(
                 delivery.delivery_id,
             )
         wanted, why = dispatch_decision(event, body)
-        # Imported here: hud.tasks and hud.checks.mirror import this module.
-        from hud import tasks
-        from hud.checks import mirror
-
         if not wanted:
             # Part 2: a ciflow/crcr/* label back-fills check runs; rerequested checks re-run.
             why = mirror.on_stored_event(delivery, event, body) or why
             return WebhookOutcome(WebhookStatus.STORED, why, delivery_id)
         dispatches = _create_dispatches(delivery, now)
         for dispatch in dispatches:
-            tasks.enqueue(tasks.send_dispatch, dispatch.id)
-        if dispatches and delivery.head_sha and mirror.mirror_enabled():
+            taskqueue.enqueue("crcr.send_dispatch", dispatch.id)
+        if dispatches and delivery.head_sha and github.mirror_enabled():
             # Part 2: every dispatched SHA gets its crcr/gate check (success when no L4).
-            tasks.enqueue(tasks.sync_gate, delivery.head_sha)
+            taskqueue.enqueue("crcr.sync_gate", delivery.head_sha)
     logger.info(
         "webhook fanned out",
         extra={"delivery_id": delivery_id, "event": event, "dispatches": len(dispatches)},
@@ -455,24 +439,9 @@ def _cap_strings(payload: dict, excess: int) -> list[str]:
 # --- sending --------------------------------------------------------------------------------
 
 
-def lease_seconds() -> float:
-    """How long a claimed send owns its row: longer than one send can possibly take."""
-    client_bound = float(getattr(settings, "GITHUB_TIMEOUT", None) or github.DEFAULT_TIMEOUT) * int(
-        getattr(settings, "GITHUB_MAX_ATTEMPTS", None) or github.DEFAULT_MAX_ATTEMPTS
-    ) + float(getattr(settings, "GITHUB_MAX_RETRY_WAIT", None) or github.DEFAULT_MAX_RETRY_WAIT)
-    return max(float(settings.CRCR_DISPATCH_LEASE_SECONDS), client_bound + 30.0)
-
-
-def retry_delay(attempts: int, retry_after: float | None) -> float:
-    """Seconds before the next attempt: past the lease, GitHub's figure, jittered backoff."""
-    backoff = min(3600.0, 30.0 * 2 ** max(attempts - 1, 0))
-    base = max(lease_seconds(), retry_after or 0.0, backoff)
-    return base + random.uniform(0, base * 0.1)
-
-
 def _claim(dispatch_id: int, now: dt.datetime) -> bool:
     """Take the row for one send attempt; False if sent, given up, or another holds it."""
-    lease = lease_seconds()
+    lease = github.lease_seconds()
     free = Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=now - dt.timedelta(seconds=lease))
     orphaned = leases.left_by_this_task("Dispatch", dispatch_id)
     if orphaned is not None:  # this task's earlier run died holding the row
@@ -537,7 +506,7 @@ def _failed_attempt(
         reason = f"attempt {attempts} failed, will retry: {_reason(error)}"
         _finish(dispatch.id, claimed_at, reason=reason[:REASON_MAX_CHARS])
         logger.warning("dispatch attempt failed", extra=_log(dispatch, error))
-        return SendOutcome(SendResult.RETRY, retry_delay(attempts, retry_after))
+        return SendOutcome(SendResult.RETRY, github.retry_delay(attempts, retry_after))
     reason = _reason(error)
     if retryable:
         reason = f"gave up after {attempts} attempts: {reason}"[:REASON_MAX_CHARS]
@@ -568,11 +537,10 @@ def reconcile(limit: int = 500) -> int:
     This is how lost enqueues, crashed workers and failed in-process runs converge; the claim
     in `send_dispatch` keeps a dispatch from being sent twice whatever gets enqueued.
     """
-    from hud import tasks
 
     now = clock.now()
     settled = now - dt.timedelta(seconds=settings.CRCR_DISPATCH_RECONCILE_AFTER_SECONDS)
-    expired = now - dt.timedelta(seconds=lease_seconds())
+    expired = now - dt.timedelta(seconds=github.lease_seconds())
     ids = list(
         Dispatch.objects.filter(outcome=Dispatch.Outcome.PENDING, created_at__lt=settled)
         .filter(Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=expired))
@@ -580,7 +548,7 @@ def reconcile(limit: int = 500) -> int:
         .values_list("id", flat=True)[:limit]
     )
     for dispatch_id in ids:
-        tasks.enqueue(tasks.send_dispatch, dispatch_id)
+        taskqueue.enqueue("crcr.send_dispatch", dispatch_id)
     return len(ids)
 
 
@@ -621,11 +589,6 @@ class DispatchState:
     no_response_at: dt.datetime | None
 
 
-def no_response_after() -> dt.timedelta:
-    """How long an L2+ backend has to send a first callback (CRCR_NO_RESPONSE_AFTER)."""
-    return dt.timedelta(seconds=settings.CRCR_NO_RESPONSE_AFTER_SECONDS)
-
-
 def response_state(
     dispatch: Dispatch, jobs: int, now: dt.datetime
 ) -> tuple[ResponseState, dt.datetime | None]:
@@ -638,7 +601,7 @@ def response_state(
         return ResponseState.PENDING, None
     if dispatch.level_at_dispatch < Level.L2:
         return ResponseState.NOT_EXPECTED, None
-    deadline = dispatch.dispatched_at + no_response_after()
+    deadline = dispatch.dispatched_at + selectors.no_response_after()
     return (ResponseState.NO_RESPONSE if now >= deadline else ResponseState.EXPECTED), deadline
 
 
@@ -726,25 +689,13 @@ class Liveness:
         return self.answered / settled if settled else None
 
 
-def _sent_to_l2_plus(start: dt.datetime, end: dt.datetime) -> QuerySet[Dispatch]:
-    answered = Job.objects.filter(
-        downstream_id=OuterRef("downstream_id"), delivery_id=OuterRef("delivery__delivery_id")
-    )
-    return Dispatch.objects.filter(
-        outcome=Dispatch.Outcome.SENT,
-        level_at_dispatch__gte=Level.L2,
-        dispatched_at__gte=start,
-        dispatched_at__lte=end,
-    ).annotate(answered=Exists(answered))
-
-
 def liveness(
     days: int = 7, *, downstream: Downstream | None = None, now: dt.datetime | None = None
 ) -> dict[int, Liveness]:
     """Per downstream id: L2+ dispatches sent in the last `days`, answered vs silent."""
     now = now or clock.now()
-    silent_before = now - no_response_after()
-    queryset = _sent_to_l2_plus(now - dt.timedelta(days=days), now)
+    silent_before = now - selectors.no_response_after()
+    queryset = selectors.sent_to_l2_plus(now - dt.timedelta(days=days), now)
     if downstream is not None:
         queryset = queryset.filter(downstream=downstream)
     rows = queryset.values("downstream_id").annotate(

@@ -4,8 +4,9 @@ import time
 
 import pytest
 
-from hud import github, relay, tasks
+from hud import github, relay
 from hud.checks import mirror
+from hud.core import taskqueue
 from hud.models import CheckRunMirror, Job
 from tests.checks.conftest import L4
 from tests.support.fake_github import Canned
@@ -64,7 +65,7 @@ def test_github_down_then_back_converges_with_one_run_per_job_and_few_writes(env
 def test_a_lost_enqueue_is_picked_up_by_the_reconciler(env, monkeypatch):
     guid, body = env.fan_out()
     with monkeypatch.context() as patch:
-        patch.setattr(tasks, "enqueue", lambda *args: None)  # the broker lost it
+        patch.setattr(taskqueue, "enqueue", lambda *args: None)  # the broker lost it
         env.callback(L4, guid, body, status="completed", conclusion="success")
     assert env.job_runs() == []
 
@@ -82,7 +83,7 @@ class WorkerKilled(BaseException):
 def test_a_worker_killed_mid_sync_is_finished_by_the_reconciler_after_the_lease(env, monkeypatch):
     guid, body = env.fan_out()
     with monkeypatch.context() as patch:
-        patch.setattr(tasks, "enqueue", lambda *args: None)
+        patch.setattr(taskqueue, "enqueue", lambda *args: None)
         job_id = env.callback(L4, guid, body).job_id
 
     def killed(*args, **kwargs):

@@ -1,4 +1,4 @@
-"""The callback path's plain statements (hud.ingestion.sql) agree with the models and the ORM."""
+"""The callback path's plain statements (hud.models.sql) agree with the models and the ORM."""
 
 import datetime as dt
 
@@ -7,8 +7,8 @@ from django.db import connection
 
 from hud import levels
 from hud.core.payload import parse_callback
-from hud.ingestion import ingest, sql
-from hud.models import Downstream, FailedTest, Job, Level
+from hud.ingestion import ingest
+from hud.models import Downstream, FailedTest, Job, Level, sql
 from tests.support import builders
 
 pytestmark = pytest.mark.django_db
@@ -93,6 +93,28 @@ def test_a_job_written_and_read_by_the_statements_equals_the_orm_row(frozen_cloc
         ("TestOps", "test_add", "boom", "", 0.5),
         ("", "test_mul", "", "Traceback …\n  line 3", None),
     ]
+
+
+def test_the_completion_statement_never_updates_a_job_already_completed(frozen_clock):
+    """The forward-only guard is in the SQL: COMPLETE_JOB leaves a completed job as it is."""
+    backend = builders.downstream("org/repo", Level.L2)
+    delivery = builders.delivery("delivery-1")
+    builders.dispatch(delivery, backend, at=frozen_clock() - dt.timedelta(minutes=3))
+    stored(
+        backend,
+        builders.callback_body(delivery_id="delivery-1", status="completed", conclusion="success"),
+    )
+    job = Job.objects.get()
+    before = orm_values(job)
+    job.conclusion = "failure"
+    job.status = Job.Status.IN_PROGRESS
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql.COMPLETE_JOB,
+            [*sql.values(job, sql.COMPLETION_COLUMNS), job.id, Job.Status.COMPLETED],
+        )
+        assert cursor.rowcount == 0
+    assert orm_values(Job.objects.get()) == before
 
 
 def test_find_downstream_reads_every_field_as_the_orm_does(frozen_clock):

@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import redis
 
-from hud import tasks
 from hud.checks import mirror
+from hud.core import taskqueue
 from hud.core.payload import parse_callback
 from hud.ingestion import ingest
 from hud.models import (
@@ -139,7 +139,7 @@ def test_state_gauges_are_read_from_the_database_at_scrape_time(client, frozen_c
 def test_in_process_queue_depth_counts_tasks_waiting_for_the_pool(client, monkeypatch):
     pool = ThreadPoolExecutor(max_workers=1)
     release = threading.Event()
-    monkeypatch.setattr(tasks, "_pool", pool)
+    monkeypatch.setattr(taskqueue, "_pool", pool)
     try:
         for _ in range(4):
             pool.submit(release.wait, 10)

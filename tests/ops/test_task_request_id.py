@@ -14,6 +14,7 @@ from config.logging_context import (
     task_request_id,
 )
 from hud import tasks
+from hud.core import taskqueue
 from tests.ops.test_logging import json_lines  # noqa: F401  (the fixture, by name)
 from tests.relay.conftest import fixture_body, new_guid, sign
 
@@ -42,7 +43,7 @@ def _clean():
 def pool(monkeypatch):
     """A real one-thread in-process pool (not the inline stand-in), drained at the end."""
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crcr-task")
-    monkeypatch.setattr(tasks, "_pool", executor)
+    monkeypatch.setattr(taskqueue, "_pool", executor)
     yield executor
     executor.shutdown(wait=True)
 
@@ -56,10 +57,10 @@ def test_the_in_process_pool_runs_a_task_under_the_enqueuing_request_id(
     settings.CELERY_BROKER_URL = None
     request_id_var.set("req-in-process-1")
     with django_capture_on_commit_callbacks(execute=True):
-        tasks.enqueue(probe, "first")
+        taskqueue.enqueue(probe, "first")
     request_id_var.set(None)  # the request is over before the task runs
     with django_capture_on_commit_callbacks(execute=True):
-        tasks.enqueue(probe, "second")  # enqueued by no request (e.g. a periodic job)
+        taskqueue.enqueue(probe, "second")  # enqueued by no request (e.g. a periodic job)
     pool.shutdown(wait=True)
 
     assert seen == ["req-in-process-1", None]  # the pool thread does not keep the last id
@@ -76,7 +77,7 @@ def test_the_broker_message_carries_the_request_id_header(
     monkeypatch.setattr(probe, "apply_async", lambda **options: sent.append(options))
     request_id_var.set("req-broker-7")
     with django_capture_on_commit_callbacks(execute=True):
-        tasks.enqueue(probe, "x")
+        taskqueue.enqueue(probe, "x")
     assert sent == [{"args": ("x",), "headers": {REQUEST_ID_TASK_HEADER: "req-broker-7"}}]
 
 

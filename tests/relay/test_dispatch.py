@@ -9,6 +9,7 @@ from django.db import connection
 
 from hud import relay as relay_service
 from hud import tasks
+from hud.core import taskqueue
 from hud.models import Delivery, Dispatch
 from tests.relay.conftest import fixture_body, new_guid, post_webhook
 from tests.support.fake_github import Canned
@@ -212,7 +213,7 @@ def test_concurrent_sends_of_one_dispatch_reach_github_once(
     body = fixture_body("pull_request.opened")
     raw = json.dumps(body).encode()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(tasks, "enqueue", lambda *a: None)  # nothing sent by the webhook itself
+        patch.setattr(taskqueue, "enqueue", lambda *a: None)  # nothing sent by the webhook itself
         relay_service.receive_webhook(guid, "pull_request", body, raw)
     dispatch_id = Dispatch.objects.get(downstream__full_name="org2/repo2").id
     barrier = threading.Barrier(6)

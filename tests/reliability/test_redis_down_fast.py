@@ -8,6 +8,7 @@ from kombu.exceptions import OperationalError
 
 from config.cache import TolerantRedisCache
 from hud import tasks
+from hud.core import taskqueue
 from tests.support.redis_server import free_port
 
 
@@ -24,7 +25,7 @@ def test_enqueue_logs_a_broker_refusal_instead_of_raising_after_commit(
 
     monkeypatch.setattr(tasks.mirror_job, "apply_async", refused)
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        tasks.enqueue(tasks.mirror_job, 42)  # the commit hook must not raise
+        taskqueue.enqueue(tasks.mirror_job, 42)  # the commit hook must not raise
     assert len(callbacks) == 1 and sent == [(42,)]
     assert "could not enqueue task" in caplog.text
 

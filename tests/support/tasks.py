@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from hud import tasks
+from hud.core import taskqueue
 
 
 @dataclass
@@ -24,5 +24,5 @@ def inline_tasks(monkeypatch: pytest.MonkeyPatch, settings: Any) -> InlineTasks:
     """No broker, and tasks handed to the in-process pool run in the test's transaction."""
     settings.CELERY_BROKER_URL = None
     inline = InlineTasks()
-    monkeypatch.setattr(tasks, "_in_process_pool", lambda: inline)
+    monkeypatch.setattr(taskqueue, "_in_process_pool", lambda: inline)
     return inline

@@ -160,9 +160,12 @@ COMPLETION_COLUMNS = (
     "timing_source",
     "updated_at",
 )
+# State only moves forward, in the statement itself: a completed job is never updated again,
+# except one the sweeper closed (a late real completion replaces its timed_out). The last
+# parameter is Job.Status.COMPLETED.
 COMPLETE_JOB = (
     f"UPDATE hud_job SET {', '.join(f'{column} = %s' for column in COMPLETION_COLUMNS)}"
-    " WHERE id = %s"
+    " WHERE id = %s AND (status <> %s OR closed_by_sweeper)"
 )
 
 
