@@ -276,6 +276,8 @@ CRCR_NO_RESPONSE_AFTER_SECONDS = int(env("CRCR_NO_RESPONSE_AFTER", str(2 * 3600)
 HUD_BOT_KEY = env("HUD_BOT_KEY")
 # Path of the gate policy YAML; unset = the shipped hud/gates/gate_policy.yml.
 CRCR_GATE_POLICY = env("CRCR_GATE_POLICY")
+# Failure attribution: a file of infra signatures instead of hud/attribution/infra_signatures.yml.
+CRCR_INFRA_SIGNATURES = env("CRCR_INFRA_SIGNATURES")
 # The relay (webhook in, dispatches out). GitHub App keys may come from NAME_FILE (see env()).
 GITHUB_WEBHOOK_SECRET = env("GITHUB_WEBHOOK_SECRET")
 # Webhook bodies may be far larger than callbacks (GitHub caps them at 25 MB).

@@ -29,7 +29,6 @@ whatever the number of jobs, and every evidence read is bounded in time.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -201,10 +200,8 @@ def signature_text(field_name: str, job: Mapping[str, Any]) -> str:
 
 
 def signatures_path() -> Path:
-    """CRCR_INFRA_SIGNATURES (setting, then environment), else the shipped defaults."""
-    configured = getattr(settings, "CRCR_INFRA_SIGNATURES", None) or os.environ.get(
-        "CRCR_INFRA_SIGNATURES"
-    )
+    """CRCR_INFRA_SIGNATURES (a setting, from the environment), else the shipped defaults."""
+    configured = getattr(settings, "CRCR_INFRA_SIGNATURES", None)
     return Path(configured) if configured else DEFAULT_SIGNATURES_PATH
 
 
