@@ -97,12 +97,14 @@ def summary(request: HttpRequest) -> HttpResponse:
     """`/crcr?days=N`: every backend grouped by level, worst first."""
     try:
         days = parse_days(request.GET)
+        tab = parse_choice(request.GET, "tab", tuple(k for k, _ in pagedata.SUMMARY_TABS))
     except BadParameter as error:
         return bad_request(request, error)
-    data = pagedata.summary(days, clock.now())
+    data = pagedata.summary(days, clock.now(), tab or "backends")
     context = {
         "nav": "summary",
         "data": data,
+        "tabs": pagedata.SUMMARY_TABS,
         "days": days,
         "day_choices": (1, 7, 14, 30, 90),
         "export": urlencode({"days": days}),

@@ -22,6 +22,7 @@ def queries(client, url: str) -> int:
     "url",
     [
         "/crcr",
+        "/crcr?tab=nightly",
         "/crcr/org/repo",
         "/crcr/org/repo?job=test-ops&conclusion=failure",
         "/crcr/pr/170000",
