@@ -453,6 +453,40 @@ class Matrix:
     page: int
     pages: int
     total_rows: int
+    pinned: int = 0  # the first `pinned` columns are the reader's pinned jobs
+
+    @property
+    def groups(self) -> list[dict[str, Any]]:
+        """Runs of adjacent columns that share a group (`column_group`), for a header row."""
+        groups: list[dict[str, Any]] = []
+        for index, (_, job) in enumerate(self.columns):
+            name = "pinned" if index < self.pinned else column_group(job)
+            if groups and groups[-1]["name"] == name:
+                groups[-1]["span"] += 1
+            else:
+                groups.append({"name": name, "span": 1})
+        return groups
+
+
+# The compact matrix is the default from this many job columns (`?compact=0|1` decides).
+COMPACT_AUTO_COLUMNS = 10
+# At most this many pinned jobs (`?pin=<job>`, repeatable).
+MAX_PINS = 10
+GROUP_SEPARATORS = ("-", "_", "/", ":", " ")
+
+
+def column_group(job_name: str) -> str:
+    """A job's group in the compact matrix: its name up to the first separator
+    (`test-ops` and `test-nn` → `test`; `build` alone → `build`)."""
+    cut = min((job_name.find(c) for c in GROUP_SEPARATORS if c in job_name), default=-1)
+    return job_name[:cut] if cut > 0 else job_name
+
+
+def compact_wanted(requested: bool | None, *matrices: Matrix) -> bool:
+    """The compact mode: as the reader asked, else on when a matrix has many job columns."""
+    if requested is not None:
+        return requested
+    return any(len(m.columns) >= COMPACT_AUTO_COLUMNS for m in matrices)
 
 
 @dataclass(frozen=True)
@@ -484,8 +518,12 @@ def matrix(
     window: Window,
     page: int,
     page_size: int = MATRIX_PAGE_SIZE,
+    pins: tuple[str, ...] = (),
 ) -> Matrix:
-    """Lay latest attempts of `events` in the window out as rows × job columns, one page."""
+    """Lay latest attempts of `events` in the window out as rows × job columns, one page.
+
+    Columns of pinned job names come first (in pin order), then builds, then by name.
+    """
     cells = latest[
         latest["event_type"].isin(list(events))
         & (latest["placed_at"] >= pd.Timestamp(window.start))
@@ -514,6 +552,8 @@ def matrix(
     heads = heads.iloc[(page - 1) * page_size : page * page_size]
     shown = cells.merge(heads[row_key], on=row_key)
     columns = sorted(set(zip(shown["workflow_name"], shown["job_name"], strict=True)), key=_col)
+    pinned = sorted((c for c in columns if c[1] in pins), key=lambda c: (pins.index(c[1]), c))
+    columns = pinned + [c for c in columns if c not in pinned]
     jobs = selectors.latest_attempt_rows(shown["id"].astype(int).tolist())
     details = selectors.pr_details(heads["pr_number"].astype(int).tolist())
     by_row: dict[tuple, dict[tuple[str, str], MatrixCell]] = {}
@@ -536,7 +576,7 @@ def matrix(
                 cells=[row_cells.get(column) for column in columns],
             )
         )
-    return Matrix(columns, rows, page, pages, total)
+    return Matrix(columns, rows, page, pages, total, len(pinned))
 
 
 def _col(column: tuple[str, str]) -> tuple[bool, str, str]:
@@ -568,6 +608,8 @@ class BackendPage:
     adjusted: AdjustedPassRate | None = None
     can_request: bool = False
     state: BackendState = field(default_factory=BackendState)
+    compact: bool = False
+    pins: tuple[str, ...] = ()
 
     @property
     def gate_figures(self) -> dict[str, Any]:
@@ -655,10 +697,13 @@ def backend_page(
     page: int = 1,
     nightly_page: int = 1,
     user: User | None = None,
+    compact: bool | None = None,
+    pins: tuple[str, ...] = (),
 ) -> BackendPage | None:
     """Everything `/crcr/<org>/<repo>` shows; None for an unknown backend.
 
-    `user` (the signed-in reader) decides whether the page offers "Request a level change".
+    `user` (the signed-in reader) decides whether the page offers "Request a level change";
+    `compact` (None: automatic) and `pins` lay out the matrices.
     """
     from hud import promotion  # the promotion service owns the gate evaluation
 
@@ -677,6 +722,10 @@ def backend_page(
     history = gate_history(
         selectors.gate_evaluations(backend.id, (now - dt.timedelta(days=GATE_HISTORY_DAYS)).date())
     )
+    pr_matrix = matrix(latest, events_pr, filters, window, page, pins=pins)
+    nightly_matrix = matrix(
+        latest, events_nightly, replace(filters, pr=None), window, nightly_page, pins=pins
+    )
     return BackendPage(
         backend=backend,
         level=override.level if override else backend.level,
@@ -687,10 +736,8 @@ def backend_page(
         gate_figure=charts.figure_json(charts.gate_history_figure(history))
         if not history.empty
         else None,
-        pr_matrix=matrix(latest, events_pr, filters, window, page),
-        nightly_matrix=matrix(
-            latest, events_nightly, replace(filters, pr=None), window, nightly_page
-        ),
+        pr_matrix=pr_matrix,
+        nightly_matrix=nightly_matrix,
         failed_tests=selectors.failed_tests_ranked(
             backend.id,
             window.start,
@@ -708,6 +755,8 @@ def backend_page(
         adjusted=adjusted_pass_rate(gate.adjusted),
         can_request=user is not None and promotion.maintains(user, backend),
         state=backend_states([backend.id], now)[backend.id],
+        compact=compact_wanted(compact, pr_matrix, nightly_matrix),
+        pins=pins,
     )
 
 

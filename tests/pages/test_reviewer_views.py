@@ -197,3 +197,47 @@ def test_matrix_and_pr_page_show_title_and_author(client, seeded):
     assert "@octocat" in matrix
     assert "Fix the &lt;addmm&gt; path" in matrix
     assert "@octocat" in pr_page
+
+
+# --- 5. the compact matrix ----------------------------------------------------------------------
+
+
+def test_compact_matrix_groups_columns_and_pins_a_job_first(client, seeded):
+    response = client.get("/crcr/org/repo?compact=1&pin=test-ops")
+
+    data = response.context["data"]
+    assert data.compact and data.pins == ("test-ops",)
+    assert data.pr_matrix.columns[0][1] == "test-ops"
+    assert [g["name"] for g in data.pr_matrix.groups] == ["pinned", "build", "test"]
+    body = text(response)
+    assert 'class="matrix compact"' in body
+    assert "unpin test-ops" in body
+    assert "compact=0" in body  # the toggle back keeps the other parameters
+
+
+def test_compact_matrix_is_automatic_for_many_jobs_and_can_be_turned_off(
+    client, seeded, frozen_clock
+):
+    for index in range(10):
+        run(
+            frozen_clock,
+            "org/repo",
+            at=NOW - HOUR,
+            **pr_fields(900, sha("wide"), f"t-{index}", 80 + index),
+        )
+
+    assert client.get("/crcr/org/repo").context["data"].compact
+    assert not client.get("/crcr/org/repo?compact=0").context["data"].compact
+
+
+@pytest.mark.parametrize("query", ["compact=yes", "pin=" + "x" * 256])
+def test_bad_matrix_layout_parameters_are_a_400(client, seeded, query):
+    assert client.get(f"/crcr/org/repo?{query}").status_code == 400
+
+
+def test_column_group_is_the_name_up_to_the_first_separator():
+    from hud.pagedata import column_group
+
+    assert [column_group(n) for n in ("test-ops", "build", "lint_py", "-odd")] == [
+        "test", "build", "lint", "-odd",
+    ]  # fmt: skip
