@@ -261,6 +261,8 @@ SPECTACULAR_SETTINGS = {
 # --- CRCR ---------------------------------------------------------------------------------
 CRCR_UPSTREAM_REPO = env("CRCR_UPSTREAM_REPO", "pytorch/pytorch")
 CRCR_ALLOWLIST = env("CRCR_ALLOWLIST")
+# The relay's probe backend: an allowlisted repo whose workflow only proves the relay works.
+CRCR_PROBE_REPO = env("CRCR_PROBE_REPO", "pytorch/crcr-test")
 CRCR_OIDC_ISSUER = env("CRCR_OIDC_ISSUER", "https://token.actions.githubusercontent.com")
 CRCR_OIDC_JWKS_URL = env("CRCR_OIDC_JWKS_URL", f"{CRCR_OIDC_ISSUER}/.well-known/jwks")
 CRCR_OIDC_AUDIENCE = env("CRCR_OIDC_AUDIENCE", "pytorch-cross-repo-ci-relay")

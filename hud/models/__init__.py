@@ -102,6 +102,9 @@ class Delivery(models.Model):
     action = models.CharField(max_length=40, blank=True)
     pr_number = models.PositiveBigIntegerField(default=0)
     pr_title = models.CharField(max_length=300, blank=True)
+    pr_author = models.CharField(
+        max_length=100, blank=True, help_text="pull_request.user.login (kept after pruning)"
+    )
     head_sha = models.CharField(max_length=64, blank=True)
     base_sha = models.CharField(max_length=64, blank=True)
     base_ref = models.CharField(max_length=255, blank=True)

@@ -44,6 +44,7 @@ L2:
   - tenstorrent/tt-torch
   - furiosa/torch-rngd
   - ibm/torch-spyre: spyre-oncall-a
+  - pytorch/crcr-test  # the relay's probe: proves events reach a backend and results return
 L3:
   npu:
     ascend/torch-npu: [npu-oncall-a, npu-oncall-b]
@@ -59,6 +60,7 @@ L2:
   - tenstorrent/tt-torch
   - furiosa/torch-rngd
   - rebellions/torch-rbln  # onboarded ten days ago
+  - pytorch/crcr-test  # the relay's probe: proves events reach a backend and results return
 L3:
   spyre:
     ibm/torch-spyre: [spyre-oncall-a]
@@ -104,6 +106,13 @@ PROFILES = (
         "rebellions/torch-rbln", ("build", "test-smoke"), 0.95, (4, 10), (20, 40), first_day=10
     ),
 )
+
+# The relay's probe backend (settings.CRCR_PROBE_REPO): one short job on every delivery. It has
+# its own generator and run ids, so adding it leaves the other backends' history unchanged.
+PROBE = Profile("pytorch/crcr-test", ("relay-probe",), 0.985, (0, 2), (1, 3))
+PROBE_SEED = 20261130
+# PR authors (pull_request.user.login), picked by the PR number so the generator is untouched.
+AUTHORS = ("ezyang", "malfet", "albanD", "jansel", "huydhn", "kwen2501", "nWEIdia")
 
 FAILURES = {
     "test-ops": [
@@ -298,6 +307,9 @@ def build(
     backends = {
         profile.repo: Downstream.objects.get(full_name=profile.repo) for profile in PROFILES
     }
+    probe = Downstream.objects.get(full_name=PROBE.repo)
+    probe_rng = random.Random(PROBE_SEED)
+    probe_run_ids = iter(range(9_000_000_000, 10_000_000_000, 7))
     timeline = _Timeline()
     run_ids = iter(range(7_000_000_000, 8_000_000_000, 7))
     counts = {"deliveries": 0, "jobs": 0}
@@ -321,6 +333,7 @@ def build(
                         "pull_request": {
                             "number": pr_number,
                             "title": _pr_title(rng, pr_number),
+                            "user": {"login": AUTHORS[pr_number % len(AUTHORS)]},
                             "head": {"sha": sha, "ref": f"gh/dev/{pr_number}"},
                             "base": {"sha": _sha("base", day), "ref": "main"},
                             "labels": [{"name": "ciflow/crcr/spyre"}] if index == 2 else [],
@@ -351,8 +364,12 @@ def build(
                 + _sha(moment.isoformat())[:12]
             )
             payload = {"delivery_id": delivery_id, "payload": body}
-            timeline.at(moment, _delivery_action(delivery_id, event, body, moment, backends))
+            dispatched_to = {**backends, PROBE.repo: probe}
+            timeline.at(moment, _delivery_action(delivery_id, event, body, moment, dispatched_to))
             counts["deliveries"] += 1
+            counts["jobs"] += _schedule_run(
+                timeline, probe_rng, probe, PROBE, payload, event, moment, day, probe_run_ids, now
+            )
             for profile in PROFILES:
                 if day > profile.first_day:
                     continue

@@ -270,12 +270,136 @@ def summary_rows(backends: list[Downstream], window: Window, now: dt.datetime) -
     return rows
 
 
+# The tabs of `/crcr`: (key, heading).
+SUMMARY_TABS = (("backends", "Backends"), ("nightly", "Nightly"))
+# Results of the relay probe shown on its card (attempts, newest first).
+PROBE_RECENT = 10
+
+
+@dataclass
+class NightlyRow:
+    """A backend's newest nightly/periodic SHA and the latest attempt of each of its jobs."""
+
+    backend: Downstream
+    head_sha: str = ""
+    event_type: str = ""
+    placed_at: dt.datetime | None = None
+    statuses: list[tuple[str, str, str]] = field(default_factory=list)  # workflow, job, status
+    result: str = ""  # failure | in_progress | success | "" (no nightly): the worst job wins
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Jobs of the run by display status."""
+        counts: dict[str, int] = {}
+        for _, _, status in self.statuses:
+            counts[status] = counts.get(status, 0) + 1
+        return counts
+
+
+def nightly_rows(backends: list[Downstream], now: dt.datetime) -> list[NightlyRow]:
+    """Each L2+ backend's newest nightly run (two queries), worst result first."""
+    on_hud = [b for b in backends if b.level >= Level.L2]
+    runs = selectors.latest_nightly_runs([b.id for b in on_hud])
+    rows = []
+    for backend in on_hud:
+        jobs = runs.get(backend.id)
+        if not jobs:
+            rows.append(NightlyRow(backend))
+            continue
+        latest = _latest_with_status(stats.prepare(_frame_of(jobs)), now)
+        statuses = sorted(
+            zip(latest["workflow_name"], latest["job_name"], latest["display"], strict=True),
+            key=lambda item: _col((item[0], item[1])),
+        )
+        failing = sum(status in EMBED_FAILING for _, _, status in statuses)
+        pending = sum(status in EMBED_PENDING for _, _, status in statuses)
+        rows.append(
+            NightlyRow(
+                backend,
+                head_sha=jobs[-1].head_sha,
+                event_type=jobs[-1].event_type,
+                placed_at=max(job.placed_at for job in jobs),
+                statuses=statuses,
+                result=_embed_state(failing, pending),
+            )
+        )
+    order = {"failure": 0, "in_progress": 1, "success": 2, "": 3}
+    return sorted(rows, key=lambda r: (order[r.result], -r.backend.level, r.backend.full_name))
+
+
+@dataclass
+class RelayHealth:
+    """The relay probe's card on `/crcr`: its latest results and how fresh they are.
+
+    `state`: unlisted (not in the allowlist), not_stored (L1), silent (no result yet),
+    stale (silent for longer than usual), failing (its newest result did not succeed), healthy.
+    """
+
+    repo: str
+    state: str
+    row: SummaryRow | None = None
+    recent: list[tuple[Job, str]] = field(default_factory=list)  # (attempt, display status)
+
+    @property
+    def badge(self) -> dict[str, str]:
+        """The state as a badge: css status class, symbol, word, meaning."""
+        return _badge(RELAY_BADGES, self.state)
+
+
+RELAY_BADGES = {
+    "healthy": ("success", "✓", "healthy", "the probe's newest result succeeded, on time"),
+    "failing": ("failure", "✗", "failing", "the probe's newest result did not succeed"),
+    "stale": ("stuck", "⚠", "stale", "no probe result for over twice its usual gap"),
+    "silent": ("none", "–", "no reports", "the probe has not reported to this HUD yet"),
+    "not_stored": ("none", "–", "not stored", "the probe is at L1: its results are not kept"),
+    "unlisted": ("none", "–", "not listed", "the probe repository is not in the allowlist"),
+}
+
+
+def relay_health(rows: list[SummaryRow], window: Window, now: dt.datetime) -> RelayHealth:
+    """The probe backend's card, from its summary row and its newest attempts (one query)."""
+    repo = settings.CRCR_PROBE_REPO
+    row = next((r for r in rows if r.backend.full_name.lower() == repo.lower()), None)
+    if row is None:
+        probe = selectors.backend(repo)
+        if probe is None or probe.delisted:
+            return RelayHealth(repo, "unlisted")
+        row = summary_rows([probe], window, now)[0]
+    if not row.on_hud:
+        return RelayHealth(row.backend.full_name, "not_stored", row)
+    recent = list(
+        selectors.jobs(selectors.JobFilters(downstream=row.backend.full_name))[:PROBE_RECENT]
+    )
+    if not recent:
+        return RelayHealth(row.backend.full_name, "silent", row)
+    statuses = [
+        cell_status(
+            job.status,
+            job.conclusion,
+            job.status != "completed"
+            and (job.in_progress_received_at or job.placed_at) < now - stats.DEFAULT_STUCK_AFTER,
+        )
+        for job in recent
+    ]
+    newest_done = next((s for s in statuses if s not in EMBED_PENDING), None)
+    if row.stale or row.last_result_at is None:
+        state = "stale"
+    elif newest_done is not None and newest_done != "success":
+        state = "failing"
+    else:
+        state = "healthy"
+    return RelayHealth(row.backend.full_name, state, row, list(zip(recent, statuses, strict=True)))
+
+
 @dataclass
 class Summary:
     """`/crcr`: backends grouped by effective level, highest first, worst first within."""
 
     window: Window
     groups: list[tuple[str, list[SummaryRow]]]
+    tab: str = "backends"
+    relay: RelayHealth | None = None
+    nightly: list[NightlyRow] = field(default_factory=list)
 
     @property
     def rows(self) -> list[SummaryRow]:
@@ -283,16 +407,19 @@ class Summary:
         return [row for _, rows in self.groups for row in rows]
 
 
-def summary(days: int, now: dt.datetime) -> Summary:
-    """Everything `/crcr?days=N` shows."""
+def summary(days: int, now: dt.datetime, tab: str = "backends") -> Summary:
+    """Everything `/crcr?days=N[&tab=nightly]` shows: the tab's table and the relay card."""
     window = Window.ending(now, days)
-    rows = summary_rows(list(selectors.backends()), window, now)
+    backends = list(selectors.backends())
+    if tab == "nightly":
+        return Summary(window, [], tab, relay_health([], window, now), nightly_rows(backends, now))
+    rows = summary_rows(backends, window, now)
     groups = []
     for level in sorted(Level, reverse=True):
         members = sorted((r for r in rows if r.level == level), key=lambda r: r.sort_key)
         if members:
             groups.append((level.label, members))
-    return Summary(window, groups)
+    return Summary(window, groups, tab, relay_health(rows, window, now))
 
 
 # --------------------------------------------------------------------------- matrices
@@ -316,6 +443,7 @@ class MatrixRow:
     head_sha: str
     placed_at: dt.datetime
     title: str = ""
+    author: str = ""
     cells: list[MatrixCell | None] = field(default_factory=list)
 
 
@@ -328,6 +456,40 @@ class Matrix:
     page: int
     pages: int
     total_rows: int
+    pinned: int = 0  # the first `pinned` columns are the reader's pinned jobs
+
+    @property
+    def groups(self) -> list[dict[str, Any]]:
+        """Runs of adjacent columns that share a group (`column_group`), for a header row."""
+        groups: list[dict[str, Any]] = []
+        for index, (_, job) in enumerate(self.columns):
+            name = "pinned" if index < self.pinned else column_group(job)
+            if groups and groups[-1]["name"] == name:
+                groups[-1]["span"] += 1
+            else:
+                groups.append({"name": name, "span": 1})
+        return groups
+
+
+# The compact matrix is the default from this many job columns (`?compact=0|1` decides).
+COMPACT_AUTO_COLUMNS = 10
+# At most this many pinned jobs (`?pin=<job>`, repeatable).
+MAX_PINS = 10
+GROUP_SEPARATORS = ("-", "_", "/", ":", " ")
+
+
+def column_group(job_name: str) -> str:
+    """A job's group in the compact matrix: its name up to the first separator
+    (`test-ops` and `test-nn` → `test`; `build` alone → `build`)."""
+    cut = min((job_name.find(c) for c in GROUP_SEPARATORS if c in job_name), default=-1)
+    return job_name[:cut] if cut > 0 else job_name
+
+
+def compact_wanted(requested: bool | None, *matrices: Matrix) -> bool:
+    """The compact mode: as the reader asked, else on when a matrix has many job columns."""
+    if requested is not None:
+        return requested
+    return any(len(m.columns) >= COMPACT_AUTO_COLUMNS for m in matrices)
 
 
 @dataclass(frozen=True)
@@ -359,8 +521,12 @@ def matrix(
     window: Window,
     page: int,
     page_size: int = MATRIX_PAGE_SIZE,
+    pins: tuple[str, ...] = (),
 ) -> Matrix:
-    """Lay latest attempts of `events` in the window out as rows × job columns, one page."""
+    """Lay latest attempts of `events` in the window out as rows × job columns, one page.
+
+    Columns of pinned job names come first (in pin order), then builds, then by name.
+    """
     cells = latest[
         latest["event_type"].isin(list(events))
         & (latest["placed_at"] >= pd.Timestamp(window.start))
@@ -389,8 +555,10 @@ def matrix(
     heads = heads.iloc[(page - 1) * page_size : page * page_size]
     shown = cells.merge(heads[row_key], on=row_key)
     columns = sorted(set(zip(shown["workflow_name"], shown["job_name"], strict=True)), key=_col)
+    pinned = sorted((c for c in columns if c[1] in pins), key=lambda c: (pins.index(c[1]), c))
+    columns = pinned + [c for c in columns if c not in pinned]
     jobs = selectors.latest_attempt_rows(shown["id"].astype(int).tolist())
-    titles = selectors.pr_titles(heads["pr_number"].astype(int).tolist())
+    details = selectors.pr_details(heads["pr_number"].astype(int).tolist())
     by_row: dict[tuple, dict[tuple[str, str], MatrixCell]] = {}
     for record in shown.itertuples(index=False):
         key = (record.event_type, int(record.pr_number), record.head_sha)
@@ -406,11 +574,12 @@ def matrix(
                 pr_number=int(head.pr_number),
                 head_sha=head.head_sha,
                 placed_at=head.placed_at.to_pydatetime(),
-                title=titles.get(int(head.pr_number), ""),
+                title=details.get(int(head.pr_number), {}).get("title", ""),
+                author=details.get(int(head.pr_number), {}).get("author", ""),
                 cells=[row_cells.get(column) for column in columns],
             )
         )
-    return Matrix(columns, rows, page, pages, total)
+    return Matrix(columns, rows, page, pages, total, len(pinned))
 
 
 def _col(column: tuple[str, str]) -> tuple[bool, str, str]:
@@ -442,6 +611,8 @@ class BackendPage:
     adjusted: AdjustedPassRate | None = None
     can_request: bool = False
     state: BackendState = field(default_factory=BackendState)
+    compact: bool = False
+    pins: tuple[str, ...] = ()
 
     @property
     def gate_figures(self) -> dict[str, Any]:
@@ -529,10 +700,13 @@ def backend_page(
     page: int = 1,
     nightly_page: int = 1,
     user: User | None = None,
+    compact: bool | None = None,
+    pins: tuple[str, ...] = (),
 ) -> BackendPage | None:
     """Everything `/crcr/<org>/<repo>` shows; None for an unknown backend.
 
-    `user` (the signed-in reader) decides whether the page offers "Request a level change".
+    `user` (the signed-in reader) decides whether the page offers "Request a level change";
+    `compact` (None: automatic) and `pins` lay out the matrices.
     """
     from hud import promotion  # the promotion service owns the gate evaluation
 
@@ -551,6 +725,10 @@ def backend_page(
     history = gate_history(
         selectors.gate_evaluations(backend.id, (now - dt.timedelta(days=GATE_HISTORY_DAYS)).date())
     )
+    pr_matrix = matrix(latest, events_pr, filters, window, page, pins=pins)
+    nightly_matrix = matrix(
+        latest, events_nightly, replace(filters, pr=None), window, nightly_page, pins=pins
+    )
     return BackendPage(
         backend=backend,
         level=override.level if override else backend.level,
@@ -561,10 +739,8 @@ def backend_page(
         gate_figure=charts.figure_json(charts.gate_history_figure(history))
         if not history.empty
         else None,
-        pr_matrix=matrix(latest, events_pr, filters, window, page),
-        nightly_matrix=matrix(
-            latest, events_nightly, replace(filters, pr=None), window, nightly_page
-        ),
+        pr_matrix=pr_matrix,
+        nightly_matrix=nightly_matrix,
         failed_tests=selectors.failed_tests_ranked(
             backend.id,
             window.start,
@@ -582,6 +758,8 @@ def backend_page(
         adjusted=adjusted_pass_rate(gate.adjusted),
         can_request=user is not None and promotion.maintains(user, backend),
         state=backend_states([backend.id], now)[backend.id],
+        compact=compact_wanted(compact, pr_matrix, nightly_matrix),
+        pins=pins,
     )
 
 
@@ -636,6 +814,13 @@ class BackendResults:
     backend: Downstream
     jobs: list[ReportedJob]
     expected: list[Expected]
+    level_then: int | None = None  # effective level when the page's newest head SHA ran
+    level_now: int | None = None  # effective level today (an override wins)
+
+    @property
+    def level_changed(self) -> bool:
+        """Whether the backend's level changed since the time the page shows."""
+        return self.level_then != self.level_now
 
     @property
     def failing(self) -> bool:
@@ -650,6 +835,8 @@ class ResultsPage:
     sections: list[BackendResults]
     head_shas: list[tuple[str, dt.datetime | None]]
     title: str = ""
+    author: str = ""
+    levels_as_of: dt.datetime | None = None  # the moment the sections' level_then describe
     no_response_after: int = 0
     verdict_summary: list[dict[str, Any]] = field(default_factory=list)
     judged: int = 0
@@ -823,7 +1010,29 @@ def results_page(
         key=lambda item: item[1] or dt.datetime.min.replace(tzinfo=dt.UTC),
         reverse=True,
     )
-    return ResultsPage(ordered, head_shas, title, settings.CRCR_NO_RESPONSE_AFTER_SECONDS)
+    as_of = head_shas[0][1] if head_shas and head_shas[0][1] else now
+    _levels_then(ordered, as_of, now)
+    return ResultsPage(
+        ordered,
+        head_shas,
+        title,
+        levels_as_of=as_of,
+        no_response_after=settings.CRCR_NO_RESPONSE_AFTER_SECONDS,
+    )
+
+
+def _levels_then(sections: list[BackendResults], as_of: dt.datetime, now: dt.datetime) -> None:
+    """Set each section's effective level at `as_of` (level history, an override then wins)
+    and today's, so a PR page shows the level its results were judged under (three queries)."""
+    ids = [section.backend.id for section in sections]
+    then = selectors.levels_at(ids, as_of)
+    overrides = selectors.active_overrides(ids, now)
+    for section in sections:
+        override = overrides.get(section.backend.id)
+        section.level_now = override.level if override else section.backend.level
+        # No history up to that moment (a backend created without an import): today's level
+        # is the best knowledge, and no change is claimed.
+        section.level_then = then.get(section.backend.id, section.level_now)
 
 
 # The gate's job lists, in the order a reviewer reads them: (key, heading).
@@ -892,6 +1101,7 @@ def pr_page(number: int, now: dt.datetime) -> ResultsPage | None:
     )
     if page is None:
         return None
+    page.author = selectors.pr_author(number)
     page.add_verdicts(verdicts)
     page.answers = answer_lines(verdicts)
     state = mirror.pr_mirror_state(number, now, latest_gate_only=True)
@@ -929,6 +1139,9 @@ def pr_summary(number: int, now: dt.datetime) -> dict[str, Any] | None:
         key = (job.downstream.full_name, job.workflow_name, job.job_name)
         if key not in latest or job.run_attempt > latest[key].run_attempt:
             latest[key] = job
+    # Levels as they were when the newest head SHA ran, not today's (an old PR keeps its level).
+    ran_at = max(job.placed_at for job in latest.values())
+    then = selectors.levels_at(list({job.downstream_id for job in latest.values()}), ran_at)
     backends: dict[str, dict[str, Any]] = {}
     for (name, _, _), job in sorted(latest.items()):
         since = job.in_progress_received_at or job.placed_at
@@ -936,7 +1149,8 @@ def pr_summary(number: int, now: dt.datetime) -> dict[str, Any] | None:
         status = cell_status(job.status, job.conclusion, stuck)
         entry = backends.setdefault(
             name,
-            {"downstream": name, "level": f"L{job.downstream.level}", "url": f"/crcr/{name}",
+            {"downstream": name, "level": f"L{then.get(job.downstream_id, job.downstream.level)}",
+             "url": f"/crcr/{name}",
              "failing": 0, "pending": 0, "passing": 0, "jobs": 0},
         )  # fmt: skip
         entry["jobs"] += 1
@@ -1002,6 +1216,7 @@ def commit_page(sha: str, now: dt.datetime) -> ResultsPage | None:
         delivery = selectors.delivery_for_sha(sha)
         if delivery is not None and delivery.pr_number:
             page.title = f"PR #{delivery.pr_number}: {delivery.pr_title}".rstrip(": ")
+            page.author = delivery.pr_author
         elif delivery is not None and delivery.ref:
             page.title = f"push to {delivery.ref}"
         else:

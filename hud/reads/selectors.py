@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 from django.conf import settings
-from django.db.models import Count, Exists, Max, OuterRef, Prefetch, QuerySet, Subquery
+from django.db.models import Count, Exists, Max, OuterRef, Prefetch, Q, QuerySet, Subquery
 
 from hud import stats
 from hud.levels import active_overrides  # noqa: F401  (one copy, in hud.levels)
@@ -18,6 +18,8 @@ from hud.models import (
     GateEvaluation,
     Job,
     Level,
+    LevelChange,
+    LevelOverride,
     PromotionRequest,
 )
 
@@ -306,16 +308,29 @@ def delivery_for_sha(sha: str) -> Delivery | None:
 
 def pr_titles(numbers: list[int]) -> dict[int, str]:
     """Titles of many PRs from their deliveries, in one query."""
-    titles: dict[int, str] = {}
+    return {number: info["title"] for number, info in pr_details(numbers).items()}
+
+
+def pr_author(number: int) -> str:
+    """The PR's author (pull_request.user.login) from its latest delivery that named one."""
+    return pr_details([number]).get(number, {}).get("author", "")
+
+
+def pr_details(numbers: list[int]) -> dict[int, dict[str, str]]:
+    """Title and author of many PRs from their newest deliveries that name them, in one query."""
+    details: dict[int, dict[str, str]] = {}
     rows = (
         Delivery.objects.filter(pr_number__in=[n for n in numbers if n])
-        .exclude(pr_title="")
+        .exclude(pr_title="", pr_author="")
         .order_by("pr_number", "-received_at")
-        .values_list("pr_number", "pr_title")
+        .values_list("pr_number", "pr_title", "pr_author")
     )
-    for number, title in rows:
-        titles.setdefault(number, title)
-    return titles
+    for number, title, author in rows:
+        entry = details.setdefault(number, {"title": "", "author": ""})
+        # The newest delivery wins per field (a title can change; an old one may lack a login).
+        entry["title"] = entry["title"] or title
+        entry["author"] = entry["author"] or author
+    return details
 
 
 def no_response_after() -> dt.timedelta:
@@ -334,3 +349,67 @@ def sent_to_l2_plus(start: dt.datetime, end: dt.datetime) -> QuerySet[Dispatch]:
         dispatched_at__gte=start,
         dispatched_at__lte=end,
     ).annotate(answered=Exists(answered))
+
+
+def levels_at(downstream_ids: list[int], when: dt.datetime) -> dict[int, int | None]:
+    """Each backend's effective level at `when`: its level history, and an override in force
+    then wins (the same precedence as now). Two queries for any count; None = not listed."""
+    levels: dict[int, int | None] = {}
+    history = (
+        LevelChange.objects.filter(downstream_id__in=downstream_ids, at__lte=when)
+        .order_by("downstream_id", "-at", "-id")
+        .values_list("downstream_id", "to_level")
+    )
+    for downstream_id, level in history:
+        levels.setdefault(downstream_id, level)
+    overrides = (
+        LevelOverride.objects.filter(
+            downstream_id__in=downstream_ids, created_at__lte=when, expires_at__gt=when
+        )
+        .exclude(revoked_at__lte=when)
+        .order_by("downstream_id", "level")
+        .values_list("downstream_id", "level")
+    )
+    held: dict[int, int] = {}
+    for downstream_id, level in overrides:
+        held.setdefault(downstream_id, level)
+    for downstream_id, level in held.items():
+        levels[downstream_id] = level
+    return levels
+
+
+NIGHTLY_EVENTS = ("nightly", "periodic")
+
+
+def latest_nightly_runs(downstream_ids: list[int]) -> dict[int, list[Job]]:
+    """Every attempt of each backend's newest nightly/periodic SHA (two queries, any count).
+
+    The newest SHA is the one of the backend's most recently placed nightly attempt; its
+    attempts are loaded whole so the caller can take the latest attempt of each job.
+    """
+    newest = (
+        Job.objects.filter(downstream=OuterRef("pk"), event_type__in=NIGHTLY_EVENTS)
+        .order_by("-placed_at", "-id")
+        .values("head_sha")[:1]
+    )
+    pairs = [
+        (downstream_id, sha)
+        for downstream_id, sha in Downstream.objects.filter(id__in=downstream_ids)
+        .annotate(nightly_sha=Subquery(newest))
+        .values_list("id", "nightly_sha")
+        if sha
+    ]
+    runs: dict[int, list[Job]] = {}
+    if not pairs:
+        return runs
+    condition = Q()
+    for downstream_id, sha in pairs:
+        condition |= Q(downstream_id=downstream_id, head_sha=sha)
+    rows = (
+        Job.objects.filter(condition, event_type__in=NIGHTLY_EVENTS)
+        .select_related("downstream")
+        .order_by("placed_at", "id")
+    )
+    for job in rows:
+        runs.setdefault(job.downstream_id, []).append(job)
+    return runs

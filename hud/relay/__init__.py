@@ -126,6 +126,7 @@ def delivery_fields(event: str, body: dict[str, Any]) -> dict[str, Any]:
         ]
         # `labeled`: the label just added (GitHub also lists it under pull_request.labels,
         # but a delivery built by hand may not); part 2 back-fills L3 check runs from it.
+        user = pull_request.get("user") or {}
         added = body.get("label")
         if isinstance(added, dict) and added.get("name") and str(added["name"]) not in labels:
             labels.append(str(added["name"]))
@@ -133,6 +134,7 @@ def delivery_fields(event: str, body: dict[str, Any]) -> dict[str, Any]:
             "action": str(body.get("action") or "")[:40],
             "pr_number": _int(pull_request.get("number")),
             "pr_title": str(pull_request.get("title") or "")[:300],
+            "pr_author": str(user.get("login") or "")[:100] if isinstance(user, dict) else "",
             "head_sha": str(head.get("sha") or "")[:64] if isinstance(head, dict) else "",
             "base_sha": str(base.get("sha") or "")[:64] if isinstance(base, dict) else "",
             "base_ref": str(base.get("ref") or "")[:255] if isinstance(base, dict) else "",

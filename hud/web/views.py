@@ -60,6 +60,34 @@ def parse_choice(query: QueryDict, name: str, choices: tuple[str, ...]) -> str |
     return raw
 
 
+def parse_flag(query: QueryDict, name: str) -> bool | None:
+    """A 0/1 switch, or None when absent (the page decides)."""
+    raw = query.get(name)
+    if raw is None or raw == "":
+        return None
+    if raw not in ("0", "1"):
+        raise BadParameter(name, "must be 0 or 1")
+    return raw == "1"
+
+
+def parse_pins(query: QueryDict) -> tuple[str, ...]:
+    """`pin` (repeatable): job names whose matrix columns come first."""
+    pins = tuple(dict.fromkeys(p for p in query.getlist("pin") if p))
+    if len(pins) > pagedata.MAX_PINS:
+        raise BadParameter("pin", f"at most {pagedata.MAX_PINS} pinned jobs")
+    if any(len(p) > 255 for p in pins):
+        raise BadParameter("pin", "must be at most 255 characters")
+    return pins
+
+
+def _toggled(query: QueryDict, **changes: list[str]) -> str:
+    """The query string with the given parameters replaced (an empty list drops one)."""
+    copy = query.copy()
+    for name, values in changes.items():
+        copy.setlist(name, values)
+    return copy.urlencode()
+
+
 def parse_days(query: QueryDict, default: int = pagedata.DEFAULT_DAYS) -> int:
     """`days`: the window length, 1 to 90."""
     return parse_int(query, "days", 1, pagedata.MAX_DAYS, default)
@@ -99,12 +127,14 @@ def summary(request: HttpRequest) -> HttpResponse:
     """`/crcr?days=N`: every backend grouped by level, worst first."""
     try:
         days = parse_days(request.GET)
+        tab = parse_choice(request.GET, "tab", tuple(k for k, _ in pagedata.SUMMARY_TABS))
     except BadParameter as error:
         return bad_request(request, error)
-    data = pagedata.summary(days, clock.now())
+    data = pagedata.summary(days, clock.now(), tab or "backends")
     context = {
         "nav": "summary",
         "data": data,
+        "tabs": pagedata.SUMMARY_TABS,
         "days": days,
         "day_choices": (1, 7, 14, 30, 90),
         "export": urlencode({"days": days}),
@@ -119,6 +149,8 @@ def backend(request: HttpRequest, org: str, repo: str) -> HttpResponse:
         filters = parse_matrix_filters(request.GET)
         page = parse_int(request.GET, "page", 1, 10**6, 1)
         nightly_page = parse_int(request.GET, "nightly_page", 1, 10**6, 1)
+        compact = parse_flag(request.GET, "compact")
+        pins = parse_pins(request.GET)
     except BadParameter as error:
         return bad_request(request, error)
     data = pagedata.backend_page(
@@ -129,6 +161,8 @@ def backend(request: HttpRequest, org: str, repo: str) -> HttpResponse:
         page=page,
         nightly_page=nightly_page,
         user=request.user,
+        compact=compact,
+        pins=pins,
     )
     if data is None:
         return not_found(request, f"No backend {org}/{repo} is known here.")
@@ -158,7 +192,17 @@ def _backend_context(request: HttpRequest, data: pagedata.BackendPage, days: int
     base = request.GET.copy()
     for key in ("page", "nightly_page"):
         base.pop(key, None)
+    pins = list(data.pins)
+    columns = {job for m in (data.pr_matrix, data.nightly_matrix) for _, job in m.columns}
+    pin_links = {
+        job: _toggled(
+            request.GET, pin=[p for p in pins if p != job] if job in pins else [*pins, job]
+        )
+        for job in columns
+    }
     return {
+        "compact_link": _toggled(request.GET, compact=["0" if data.compact else "1"]),
+        "pin_links": pin_links,
         "nav": "summary",
         "data": data,
         "days": days,

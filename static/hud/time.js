@@ -4,7 +4,7 @@
   function localise() {
     document.querySelectorAll("time[datetime]").forEach(function (el) {
       var moment = new Date(el.getAttribute("datetime"));
-      if (isNaN(moment.getTime())) { return; }
+      if (isNaN(moment.getTime()) || el.dataset.local === "true") { return; }
       // dateStyle/timeStyle cannot be combined with timeZoneName, so the fields are listed.
       el.title = el.title + " · your time: " + moment.toLocaleString(undefined, {
         year: "numeric", month: "short", day: "numeric",
@@ -13,6 +13,8 @@
       el.dataset.local = "true";
     });
   }
+  window.crcrHud = window.crcrHud || {};
+  window.crcrHud.localise = localise;  // refresh.js localises swapped-in content
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", localise);
   } else {

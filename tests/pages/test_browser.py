@@ -78,7 +78,7 @@ def test_every_page_loads_with_demo_data_and_no_console_errors(browser, live_ser
     base = live_server.url
     load(browser, f"{base}/crcr")
     rows = browser.find_elements(By.CSS_SELECTOR, "#summary tr[data-backend]")
-    assert len(rows) == len(demo.PROFILES) + 1
+    assert len(rows) == len(demo.PROFILES) + 2  # and the L1 backend and the relay probe
     assert "Pass rate" in browser.find_element(By.CSS_SELECTOR, "#summary thead").text
 
     load(browser, f"{base}/crcr/ascend/torch-npu")
@@ -327,4 +327,105 @@ def test_maintainer_requests_l3_and_admin_approves_it(browser, live_server, demo
     window_start = browser.find_element(By.CSS_SELECTOR, "p.lead time[datetime]")
     assert window_start.text.endswith(" UTC")
     assert "your time: " in window_start.get_attribute("title")
+    assert console_errors(browser) == []
+
+
+def test_reviewer_sees_relay_health_nightly_tab_levels_then_authors_and_compact_matrix(
+    browser, live_server, demo_data
+):
+    import datetime as dt
+
+    from selenium.webdriver.common.by import By
+
+    from hud.models import Delivery
+
+    base = live_server.url
+    load(browser, f"{base}/crcr")
+    card = browser.find_element(By.ID, "relay-health")
+    assert card.get_attribute("data-state") in ("healthy", "failing", "stale")
+    assert demo.PROBE.repo in card.text
+    cells = card.find_elements(By.CSS_SELECTOR, ".probe-cell")
+    assert cells and all(c.get_attribute("title") for c in cells)  # the word on hover
+
+    click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "nav.tabs a[data-tab=nightly]"))
+    assert "tab=nightly" in browser.current_url
+    rows = browser.find_elements(By.CSS_SELECTOR, "#nightly-summary tr[data-backend]")
+    nightly = {row.get_attribute("data-backend"): row for row in rows}
+    for profile in demo.PROFILES[:3]:  # the demo backends that send nightlies
+        sha = nightly[profile.repo].find_element(By.CSS_SELECTOR, "code.nightly-sha").text
+        assert re.fullmatch(r"[0-9a-f]{7,12}", sha)
+        assert nightly[profile.repo].get_attribute("data-result") in ("success", "failure")
+    assert "No nightly" in nightly["furiosa/torch-rngd"].text
+    assert browser.find_element(By.ID, "relay-health")
+
+    # An old PR, from before ascend/torch-npu went L3 → L4 (ten days ago in the demo).
+    old = (
+        Delivery.objects.filter(
+            event_type="pull_request", received_at__lt=clock.now() - dt.timedelta(days=15)
+        )
+        .order_by("-received_at")
+        .first()
+    )
+    load(browser, f"{base}/crcr/pr/{old.pr_number}")
+    section = browser.find_element(
+        By.CSS_SELECTOR, "section.backend-results[data-backend='ascend/torch-npu']"
+    )
+    assert section.find_element(By.CSS_SELECTOR, ".level-then").text == "L3"
+    assert section.find_element(By.CSS_SELECTOR, ".level-now").text == "now L4"
+    assert f"@{old.pr_author}" in browser.find_element(By.TAG_NAME, "h1").text
+
+    load(browser, f"{base}/crcr/ascend/torch-npu")
+    author = browser.find_element(By.CSS_SELECTOR, "#pr-matrix .rowhead .author")
+    assert author.text.startswith("@") and author.text[1:] in demo.AUTHORS
+    click_and_wait(browser, browser.find_element(By.ID, "compact-toggle"))
+    assert "compact=1" in browser.current_url
+    assert browser.find_elements(By.CSS_SELECTOR, "#pr-matrix tr.groups th.group[data-group=test]")
+    links = browser.find_elements(By.CSS_SELECTOR, "#pr-matrix td.cell a")
+    assert links and all(len(a.text) == 1 for a in links)  # one character: the symbol
+    title = links[0].find_element(By.XPATH, "..").get_attribute("title")
+    assert re.search(r": (success|failure|timed out|cancelled|in progress|stuck)", title)
+    pin = browser.find_element(By.CSS_SELECTOR, "#pr-matrix th.job[data-job='test-nn'] a.pin")
+    click_and_wait(browser, pin)
+    assert "pin=test-nn" in browser.current_url and "compact=1" in browser.current_url
+    first = browser.find_element(By.CSS_SELECTOR, "#pr-matrix th.job")
+    assert first.get_attribute("data-job") == "test-nn" and "pinned" in first.get_attribute("class")
+    # The shared link opens the same layout.
+    load(browser, browser.current_url)
+    assert browser.find_element(By.CSS_SELECTOR, "#pr-matrix").get_attribute("data-compact") == "1"
+    assert console_errors(browser) == []
+
+
+def test_open_pages_refresh_in_place_and_the_off_toggle_is_remembered(browser, live_server):
+    from selenium.webdriver.common.by import By
+
+    from hud.models import Level
+    from tests.support import builders
+
+    builders.downstream("org/first", Level.L2)
+    load(browser, f"{live_server.url}/crcr")
+    toggle = browser.find_element(By.ID, "auto-refresh")
+    assert toggle.is_displayed() and toggle.is_selected()  # on by default
+    assert browser.execute_script("return window.crcrHud.autoRefreshOn()")
+    assert browser.find_element(By.ID, "main").get_attribute("data-refresh-seconds") == "60"
+    browser.execute_script("window.notReloaded = true")
+    refresh = "window.crcrHud.refreshNow().then(arguments[arguments.length - 1])"
+    # Nothing new: the content is left alone (twice, in case a minute boundary moved a time).
+    assert any(browser.execute_async_script(refresh) is False for _ in range(2))
+
+    builders.downstream("org/second", Level.L2)
+    assert browser.execute_async_script(refresh) is True
+    assert browser.find_elements(By.CSS_SELECTOR, "#summary tr[data-backend='org/second']")
+    assert browser.execute_script("return window.notReloaded === true")  # swapped, not reloaded
+    assert browser.find_element(By.CSS_SELECTOR, "p.lead time[datetime]").get_attribute(
+        "data-local"
+    )  # swapped-in times are localised again
+
+    toggle.click()
+    assert not browser.execute_script("return window.crcrHud.autoRefreshOn()")
+    load(browser, f"{live_server.url}/crcr/org/first")
+    assert not browser.find_element(By.ID, "auto-refresh").is_selected()
+    assert not browser.execute_script("return window.crcrHud.autoRefreshOn()")
+    # Pages without live content offer no toggle.
+    load(browser, f"{live_server.url}/crcr/metrics")
+    assert not browser.find_element(By.ID, "auto-refresh").is_displayed()
     assert console_errors(browser) == []

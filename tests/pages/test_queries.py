@@ -22,8 +22,10 @@ def queries(client, url: str) -> int:
     "url",
     [
         "/crcr",
+        "/crcr?tab=nightly",
         "/crcr/org/repo",
         "/crcr/org/repo?job=test-ops&conclusion=failure",
+        "/crcr/org/repo?compact=1&pin=test-nn",
         "/crcr/pr/170000",
         f"/crcr/commit/{sha('org/repo-0')}",
         "/crcr/metrics",
