@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 from django.db.models.functions import Lower
 
 from hud.core import clock
@@ -327,14 +328,17 @@ def export_allowlist_text() -> str:
 # of several, the lowest level, then the newest.
 
 
+def _in_force(now: dt.datetime) -> Q:
+    """Overrides in force at `now`, which may be in the past (revoked later = still in force)."""
+    unrevoked = Q(revoked_at__isnull=True) | Q(revoked_at__gt=now)
+    return Q(created_at__lte=now, expires_at__gt=now) & unrevoked
+
+
 def active_overrides(downstream_ids: list[int], now: dt.datetime) -> dict[int, LevelOverride]:
     """The override in force at `now` for each backend that has one (one query, any count)."""
-    rows = LevelOverride.objects.filter(
-        downstream_id__in=downstream_ids,
-        revoked_at__isnull=True,
-        created_at__lte=now,
-        expires_at__gt=now,
-    ).order_by("downstream_id", "level", "-created_at")
+    rows = LevelOverride.objects.filter(_in_force(now), downstream_id__in=downstream_ids).order_by(
+        "downstream_id", "level", "-created_at"
+    )
     overrides: dict[int, LevelOverride] = {}
     for override in rows:
         # Same precedence as active_override: the lowest level, newest first.
@@ -346,9 +350,7 @@ def active_override(downstream: Downstream, now: dt.datetime | None = None) -> L
     """The override in force at `now` (expiry is read-time: no task needs to run)."""
     now = now or clock.now()
     return (
-        LevelOverride.objects.filter(
-            downstream=downstream, revoked_at__isnull=True, created_at__lte=now, expires_at__gt=now
-        )
+        LevelOverride.objects.filter(_in_force(now), downstream=downstream)
         .order_by("level", "-created_at")
         .first()
     )
@@ -364,5 +366,21 @@ def effective_levels(downstreams: Iterable[Downstream], now: dt.datetime) -> dic
     """Each downstream's effective level at `now` (one query, any count)."""
     levels = {d.id: d.level for d in downstreams}
     for downstream_id, override in active_overrides(list(levels), now).items():
+        levels[downstream_id] = override.level
+    return levels
+
+
+def levels_at(downstream_ids: list[int], when: dt.datetime) -> dict[int, int | None]:
+    """Each backend's effective level at `when` (a PR's time): its level history, and an
+    override in force then wins. Two queries for any count; None = not listed then."""
+    levels: dict[int, int | None] = {}
+    history = (
+        LevelChange.objects.filter(downstream_id__in=downstream_ids, at__lte=when)
+        .order_by("downstream_id", "-at", "-id")
+        .values_list("downstream_id", "to_level")
+    )
+    for downstream_id, level in history:
+        levels.setdefault(downstream_id, level)
+    for downstream_id, override in active_overrides(downstream_ids, when).items():
         levels[downstream_id] = override.level
     return levels

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from django.conf import settings
 
-from hud import attribution, stats
+from hud import attribution, levels, stats
 from hud.checks import mirror
 from hud.models import Dispatch, Downstream, FailedTest, Job, Level, LevelOverride
 from hud.pages import charts
@@ -1025,7 +1025,7 @@ def _levels_then(sections: list[BackendResults], as_of: dt.datetime, now: dt.dat
     """Set each section's effective level at `as_of` (level history, an override then wins)
     and today's, so a PR page shows the level its results were judged under (three queries)."""
     ids = [section.backend.id for section in sections]
-    then = selectors.levels_at(ids, as_of)
+    then = levels.levels_at(ids, as_of)
     overrides = selectors.active_overrides(ids, now)
     for section in sections:
         override = overrides.get(section.backend.id)
@@ -1141,7 +1141,7 @@ def pr_summary(number: int, now: dt.datetime) -> dict[str, Any] | None:
             latest[key] = job
     # Levels as they were when the newest head SHA ran, not today's (an old PR keeps its level).
     ran_at = max(job.placed_at for job in latest.values())
-    then = selectors.levels_at(list({job.downstream_id for job in latest.values()}), ran_at)
+    then = levels.levels_at(list({job.downstream_id for job in latest.values()}), ran_at)
     backends: dict[str, dict[str, Any]] = {}
     for (name, _, _), job in sorted(latest.items()):
         since = job.in_progress_received_at or job.placed_at

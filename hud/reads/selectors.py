@@ -18,8 +18,6 @@ from hud.models import (
     GateEvaluation,
     Job,
     Level,
-    LevelChange,
-    LevelOverride,
     PromotionRequest,
 )
 
@@ -349,33 +347,6 @@ def sent_to_l2_plus(start: dt.datetime, end: dt.datetime) -> QuerySet[Dispatch]:
         dispatched_at__gte=start,
         dispatched_at__lte=end,
     ).annotate(answered=Exists(answered))
-
-
-def levels_at(downstream_ids: list[int], when: dt.datetime) -> dict[int, int | None]:
-    """Each backend's effective level at `when`: its level history, and an override in force
-    then wins (the same precedence as now). Two queries for any count; None = not listed."""
-    levels: dict[int, int | None] = {}
-    history = (
-        LevelChange.objects.filter(downstream_id__in=downstream_ids, at__lte=when)
-        .order_by("downstream_id", "-at", "-id")
-        .values_list("downstream_id", "to_level")
-    )
-    for downstream_id, level in history:
-        levels.setdefault(downstream_id, level)
-    overrides = (
-        LevelOverride.objects.filter(
-            downstream_id__in=downstream_ids, created_at__lte=when, expires_at__gt=when
-        )
-        .exclude(revoked_at__lte=when)
-        .order_by("downstream_id", "level")
-        .values_list("downstream_id", "level")
-    )
-    held: dict[int, int] = {}
-    for downstream_id, level in overrides:
-        held.setdefault(downstream_id, level)
-    for downstream_id, level in held.items():
-        levels[downstream_id] = level
-    return levels
 
 
 NIGHTLY_EVENTS = ("nightly", "periodic")
