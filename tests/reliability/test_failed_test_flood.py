@@ -5,7 +5,7 @@ L2 backend on one PR, put 70,000 distinct names behind that PR. Every look-up th
 of names or ids built in Python into `__in=` parameters outgrew SQLite's 32,766 (and
 PostgreSQL's 65,535) bound parameters: the PR's page and API, the commit's page and API, the
 backend's pages and the daily gate evaluation of every backend answered 500 or raised, and
-`run_periodic` exited. Run it on both databases (docs/reliability.md).
+`run_periodic` exited. Run it on both databases (docs/performance.md).
 """
 
 import datetime as dt
