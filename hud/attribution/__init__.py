@@ -1292,6 +1292,20 @@ def _window_failures(
     )
 
 
+# Ids per `id__in` look-up: under SQLite's oldest 999-parameter limit, whatever asks.
+ID_CHUNK = 500
+
+
+def _stacktraces(ids: Iterable[int]) -> dict[int, str]:
+    """Stack traces by failed-test id, read in chunks of `ID_CHUNK` ids."""
+    wanted = sorted(set(ids))
+    out: dict[int, str] = {}
+    for start in range(0, len(wanted), ID_CHUNK):
+        chunk = wanted[start : start + ID_CHUNK]
+        out.update(FailedTest.objects.filter(id__in=chunk).values_list("id", "stacktrace"))
+    return out
+
+
 def failed_tests_overview(
     downstream_id: int,
     start: dt.datetime,
@@ -1312,8 +1326,6 @@ def failed_tests_overview(
     grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in failures:
         grouped[failed_test_id(row["classname"], row["name"])].append(row)
-    latest_ids = [rows[-1]["id"] for rows in grouped.values()]
-    stacktraces = dict(FailedTest.objects.filter(id__in=latest_ids).values_list("id", "stacktrace"))
     tests = []
     for identifier, rows in grouped.items():
         last = rows[-1]
@@ -1332,7 +1344,7 @@ def failed_tests_overview(
                 "shas": sorted({r["job__head_sha"] for r in rows})[:20],
                 "sha_count": len({r["job__head_sha"] for r in rows}),
                 "latest_message": last["message"],
-                "latest_stacktrace": stacktraces.get(last["id"], ""),
+                "latest_failed_test_id": last["id"],
                 "latest_job_id": last["job_id"],
                 "latest_workflow_url": last["job__workflow_url"],
                 "flake": flake.to_dict(),
@@ -1345,6 +1357,11 @@ def failed_tests_overview(
         (t for t in tests if t["quarantine_candidate"]),
         key=lambda t: (-(t["flake"]["estimate"]["low"] or 0), t["test"]),
     )
+    # Stack traces only of the tests shown, never of every test failed in the window.
+    shown = {id(t): t for t in (*by_occurrences, *by_prs, *quarantine)}.values()
+    stacktraces = _stacktraces(t["latest_failed_test_id"] for t in shown)
+    for test in tests:
+        test["latest_stacktrace"] = stacktraces.get(test.pop("latest_failed_test_id"), "")
     return {
         "start": start,
         "end": end,
@@ -1381,11 +1398,7 @@ def failed_test_history(
         _run_origins(failures, start, end),
         policy,
     )[(downstream_id, identifier)]
-    stacktraces = dict(
-        FailedTest.objects.filter(id__in=[f["id"] for f in failures]).values_list(
-            "id", "stacktrace"
-        )
-    )
+    stacktraces = _stacktraces(f["id"] for f in failures)
     flaked_ids = {e["failed_job_id"] for e in flake.examples if e["rerun_passed"]}
     occurrences = [
         {

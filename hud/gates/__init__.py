@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import operator
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -236,19 +237,35 @@ def parse_policy(data: Any, source: str = "") -> Policy:
 
 
 def read_yaml(path: Path) -> Any:
-    """A policy file's YAML, parsed safely (libyaml's parser when PyYAML has it: 10x faster).
-
-    Every gate evaluation and gate page reads the policy afresh, so edits apply at once.
-    """
+    """A policy file's YAML, parsed safely (libyaml's parser when PyYAML has it: 10x faster)."""
     with path.open(encoding="utf-8") as handle:
         # S506 cannot see through getattr: both loaders are the safe ones.
         return yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
 
 
+# Parsed policies per path, with the (mtime, size) they were read at: one parse per process
+# while the file stays as it is, a fresh one as soon as it changes (edits apply at once).
+_parsed: dict[Path, tuple[tuple[int, int], Policy]] = {}
+_parsed_lock = threading.Lock()
+
+
 def load_policy(path: str | Path | None = None) -> Policy:
-    """Load and validate the policy at `path` (settings' CRCR_GATE_POLICY), else the shipped one."""
+    """Load and validate the policy at `path` (settings' CRCR_GATE_POLICY), else the shipped one.
+
+    Parsed once per process and file version: a changed mtime or size reads it again. A file
+    that fails validation is never kept, so each call reports it until it is fixed.
+    """
     policy_path = Path(path) if path else DEFAULT_POLICY_PATH
-    return parse_policy(read_yaml(policy_path), str(policy_path))
+    stat = policy_path.stat()
+    version = (stat.st_mtime_ns, stat.st_size)
+    with _parsed_lock:
+        cached = _parsed.get(policy_path)
+    if cached is not None and cached[0] == version:
+        return cached[1]
+    policy = parse_policy(read_yaml(policy_path), str(policy_path))
+    with _parsed_lock:
+        _parsed[policy_path] = (version, policy)
+    return policy
 
 
 # --------------------------------------------------------------------------- metrics

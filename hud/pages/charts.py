@@ -1,18 +1,20 @@
-"""DataFrames → plotly figures for the HUD pages. Pure: no ORM, no settings.
+"""DataFrames → plotly.js figures for the HUD pages. Pure: no ORM, no settings, no plotly.
 
-Figures are returned as plain JSON-able dicts (`figure_json`) that the templates embed with
-`json_script` and draw with the plotly.js served from static (no CDN). Colours are Okabe–Ito,
-so they stay distinct for colour-blind readers; every trace also has a name in the legend.
+Figures are plain plotly.js JSON (`data` + `layout` dicts), built directly: no figure objects,
+no per-request validation or deep copies (issue 14). The templates embed them with
+`json_script` and draw them with the plotly.js served from static (no CDN). Colours are
+Okabe–Ito, so they stay distinct for colour-blind readers; every trace also has a name in the
+legend. tests/hud/test_charts.py checks each figure against plotly's own validator.
 """
 
 from __future__ import annotations
 
-import json
+import math
 from typing import Any
 
 import pandas as pd
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
+
+Figure = dict[str, Any]
 
 OKABE_ITO = (
     "#0072B2",  # blue
@@ -27,6 +29,324 @@ OKABE_ITO = (
 SUCCESS_COLOUR = OKABE_ITO[0]
 FAILURE_COLOUR = OKABE_ITO[1]
 BAND_FILL = "rgba(0, 114, 178, 0.18)"
+# plotly.py 6.5's "plotly_white" template, as `go.Figure(...).to_json()` expanded it.
+PLOTLY_WHITE: dict[str, Any] = {
+    "data": {
+        "barpolar": [
+            {
+                "marker": {
+                    "line": {"color": "white", "width": 0.5},
+                    "pattern": {"fillmode": "overlay", "size": 10, "solidity": 0.2},
+                },
+                "type": "barpolar",
+            }
+        ],
+        "bar": [
+            {
+                "error_x": {"color": "#2a3f5f"},
+                "error_y": {"color": "#2a3f5f"},
+                "marker": {
+                    "line": {"color": "white", "width": 0.5},
+                    "pattern": {"fillmode": "overlay", "size": 10, "solidity": 0.2},
+                },
+                "type": "bar",
+            }
+        ],
+        "carpet": [
+            {
+                "aaxis": {
+                    "endlinecolor": "#2a3f5f",
+                    "gridcolor": "#C8D4E3",
+                    "linecolor": "#C8D4E3",
+                    "minorgridcolor": "#C8D4E3",
+                    "startlinecolor": "#2a3f5f",
+                },
+                "baxis": {
+                    "endlinecolor": "#2a3f5f",
+                    "gridcolor": "#C8D4E3",
+                    "linecolor": "#C8D4E3",
+                    "minorgridcolor": "#C8D4E3",
+                    "startlinecolor": "#2a3f5f",
+                },
+                "type": "carpet",
+            }
+        ],
+        "choropleth": [{"colorbar": {"outlinewidth": 0, "ticks": ""}, "type": "choropleth"}],
+        "contourcarpet": [{"colorbar": {"outlinewidth": 0, "ticks": ""}, "type": "contourcarpet"}],
+        "contour": [
+            {
+                "colorbar": {"outlinewidth": 0, "ticks": ""},
+                "colorscale": [
+                    [0.0, "#0d0887"],
+                    [0.1111111111111111, "#46039f"],
+                    [0.2222222222222222, "#7201a8"],
+                    [0.3333333333333333, "#9c179e"],
+                    [0.4444444444444444, "#bd3786"],
+                    [0.5555555555555556, "#d8576b"],
+                    [0.6666666666666666, "#ed7953"],
+                    [0.7777777777777778, "#fb9f3a"],
+                    [0.8888888888888888, "#fdca26"],
+                    [1.0, "#f0f921"],
+                ],
+                "type": "contour",
+            }
+        ],
+        "heatmap": [
+            {
+                "colorbar": {"outlinewidth": 0, "ticks": ""},
+                "colorscale": [
+                    [0.0, "#0d0887"],
+                    [0.1111111111111111, "#46039f"],
+                    [0.2222222222222222, "#7201a8"],
+                    [0.3333333333333333, "#9c179e"],
+                    [0.4444444444444444, "#bd3786"],
+                    [0.5555555555555556, "#d8576b"],
+                    [0.6666666666666666, "#ed7953"],
+                    [0.7777777777777778, "#fb9f3a"],
+                    [0.8888888888888888, "#fdca26"],
+                    [1.0, "#f0f921"],
+                ],
+                "type": "heatmap",
+            }
+        ],
+        "histogram2dcontour": [
+            {
+                "colorbar": {"outlinewidth": 0, "ticks": ""},
+                "colorscale": [
+                    [0.0, "#0d0887"],
+                    [0.1111111111111111, "#46039f"],
+                    [0.2222222222222222, "#7201a8"],
+                    [0.3333333333333333, "#9c179e"],
+                    [0.4444444444444444, "#bd3786"],
+                    [0.5555555555555556, "#d8576b"],
+                    [0.6666666666666666, "#ed7953"],
+                    [0.7777777777777778, "#fb9f3a"],
+                    [0.8888888888888888, "#fdca26"],
+                    [1.0, "#f0f921"],
+                ],
+                "type": "histogram2dcontour",
+            }
+        ],
+        "histogram2d": [
+            {
+                "colorbar": {"outlinewidth": 0, "ticks": ""},
+                "colorscale": [
+                    [0.0, "#0d0887"],
+                    [0.1111111111111111, "#46039f"],
+                    [0.2222222222222222, "#7201a8"],
+                    [0.3333333333333333, "#9c179e"],
+                    [0.4444444444444444, "#bd3786"],
+                    [0.5555555555555556, "#d8576b"],
+                    [0.6666666666666666, "#ed7953"],
+                    [0.7777777777777778, "#fb9f3a"],
+                    [0.8888888888888888, "#fdca26"],
+                    [1.0, "#f0f921"],
+                ],
+                "type": "histogram2d",
+            }
+        ],
+        "histogram": [
+            {
+                "marker": {"pattern": {"fillmode": "overlay", "size": 10, "solidity": 0.2}},
+                "type": "histogram",
+            }
+        ],
+        "mesh3d": [{"colorbar": {"outlinewidth": 0, "ticks": ""}, "type": "mesh3d"}],
+        "parcoords": [
+            {"line": {"colorbar": {"outlinewidth": 0, "ticks": ""}}, "type": "parcoords"}
+        ],
+        "pie": [{"automargin": True, "type": "pie"}],
+        "scatter3d": [
+            {
+                "line": {"colorbar": {"outlinewidth": 0, "ticks": ""}},
+                "marker": {"colorbar": {"outlinewidth": 0, "ticks": ""}},
+                "type": "scatter3d",
+            }
+        ],
+        "scattercarpet": [
+            {"marker": {"colorbar": {"outlinewidth": 0, "ticks": ""}}, "type": "scattercarpet"}
+        ],
+        "scattergeo": [
+            {"marker": {"colorbar": {"outlinewidth": 0, "ticks": ""}}, "type": "scattergeo"}
+        ],
+        "scattergl": [
+            {"marker": {"colorbar": {"outlinewidth": 0, "ticks": ""}}, "type": "scattergl"}
+        ],
+        "scattermapbox": [
+            {"marker": {"colorbar": {"outlinewidth": 0, "ticks": ""}}, "type": "scattermapbox"}
+        ],
+        "scattermap": [
+            {"marker": {"colorbar": {"outlinewidth": 0, "ticks": ""}}, "type": "scattermap"}
+        ],
+        "scatterpolargl": [
+            {"marker": {"colorbar": {"outlinewidth": 0, "ticks": ""}}, "type": "scatterpolargl"}
+        ],
+        "scatterpolar": [
+            {"marker": {"colorbar": {"outlinewidth": 0, "ticks": ""}}, "type": "scatterpolar"}
+        ],
+        "scatter": [
+            {"fillpattern": {"fillmode": "overlay", "size": 10, "solidity": 0.2}, "type": "scatter"}
+        ],
+        "scatterternary": [
+            {"marker": {"colorbar": {"outlinewidth": 0, "ticks": ""}}, "type": "scatterternary"}
+        ],
+        "surface": [
+            {
+                "colorbar": {"outlinewidth": 0, "ticks": ""},
+                "colorscale": [
+                    [0.0, "#0d0887"],
+                    [0.1111111111111111, "#46039f"],
+                    [0.2222222222222222, "#7201a8"],
+                    [0.3333333333333333, "#9c179e"],
+                    [0.4444444444444444, "#bd3786"],
+                    [0.5555555555555556, "#d8576b"],
+                    [0.6666666666666666, "#ed7953"],
+                    [0.7777777777777778, "#fb9f3a"],
+                    [0.8888888888888888, "#fdca26"],
+                    [1.0, "#f0f921"],
+                ],
+                "type": "surface",
+            }
+        ],
+        "table": [
+            {
+                "cells": {"fill": {"color": "#EBF0F8"}, "line": {"color": "white"}},
+                "header": {"fill": {"color": "#C8D4E3"}, "line": {"color": "white"}},
+                "type": "table",
+            }
+        ],
+    },
+    "layout": {
+        "annotationdefaults": {"arrowcolor": "#2a3f5f", "arrowhead": 0, "arrowwidth": 1},
+        "autotypenumbers": "strict",
+        "coloraxis": {"colorbar": {"outlinewidth": 0, "ticks": ""}},
+        "colorscale": {
+            "diverging": [
+                [0, "#8e0152"],
+                [0.1, "#c51b7d"],
+                [0.2, "#de77ae"],
+                [0.3, "#f1b6da"],
+                [0.4, "#fde0ef"],
+                [0.5, "#f7f7f7"],
+                [0.6, "#e6f5d0"],
+                [0.7, "#b8e186"],
+                [0.8, "#7fbc41"],
+                [0.9, "#4d9221"],
+                [1, "#276419"],
+            ],
+            "sequential": [
+                [0.0, "#0d0887"],
+                [0.1111111111111111, "#46039f"],
+                [0.2222222222222222, "#7201a8"],
+                [0.3333333333333333, "#9c179e"],
+                [0.4444444444444444, "#bd3786"],
+                [0.5555555555555556, "#d8576b"],
+                [0.6666666666666666, "#ed7953"],
+                [0.7777777777777778, "#fb9f3a"],
+                [0.8888888888888888, "#fdca26"],
+                [1.0, "#f0f921"],
+            ],
+            "sequentialminus": [
+                [0.0, "#0d0887"],
+                [0.1111111111111111, "#46039f"],
+                [0.2222222222222222, "#7201a8"],
+                [0.3333333333333333, "#9c179e"],
+                [0.4444444444444444, "#bd3786"],
+                [0.5555555555555556, "#d8576b"],
+                [0.6666666666666666, "#ed7953"],
+                [0.7777777777777778, "#fb9f3a"],
+                [0.8888888888888888, "#fdca26"],
+                [1.0, "#f0f921"],
+            ],
+        },
+        "colorway": [
+            "#636efa",
+            "#EF553B",
+            "#00cc96",
+            "#ab63fa",
+            "#FFA15A",
+            "#19d3f3",
+            "#FF6692",
+            "#B6E880",
+            "#FF97FF",
+            "#FECB52",
+        ],
+        "font": {"color": "#2a3f5f"},
+        "geo": {
+            "bgcolor": "white",
+            "lakecolor": "white",
+            "landcolor": "white",
+            "showlakes": True,
+            "showland": True,
+            "subunitcolor": "#C8D4E3",
+        },
+        "hoverlabel": {"align": "left"},
+        "hovermode": "closest",
+        "mapbox": {"style": "light"},
+        "paper_bgcolor": "white",
+        "plot_bgcolor": "white",
+        "polar": {
+            "angularaxis": {"gridcolor": "#EBF0F8", "linecolor": "#EBF0F8", "ticks": ""},
+            "bgcolor": "white",
+            "radialaxis": {"gridcolor": "#EBF0F8", "linecolor": "#EBF0F8", "ticks": ""},
+        },
+        "scene": {
+            "xaxis": {
+                "backgroundcolor": "white",
+                "gridcolor": "#DFE8F3",
+                "gridwidth": 2,
+                "linecolor": "#EBF0F8",
+                "showbackground": True,
+                "ticks": "",
+                "zerolinecolor": "#EBF0F8",
+            },
+            "yaxis": {
+                "backgroundcolor": "white",
+                "gridcolor": "#DFE8F3",
+                "gridwidth": 2,
+                "linecolor": "#EBF0F8",
+                "showbackground": True,
+                "ticks": "",
+                "zerolinecolor": "#EBF0F8",
+            },
+            "zaxis": {
+                "backgroundcolor": "white",
+                "gridcolor": "#DFE8F3",
+                "gridwidth": 2,
+                "linecolor": "#EBF0F8",
+                "showbackground": True,
+                "ticks": "",
+                "zerolinecolor": "#EBF0F8",
+            },
+        },
+        "shapedefaults": {"line": {"color": "#2a3f5f"}},
+        "ternary": {
+            "aaxis": {"gridcolor": "#DFE8F3", "linecolor": "#A2B1C6", "ticks": ""},
+            "baxis": {"gridcolor": "#DFE8F3", "linecolor": "#A2B1C6", "ticks": ""},
+            "bgcolor": "white",
+            "caxis": {"gridcolor": "#DFE8F3", "linecolor": "#A2B1C6", "ticks": ""},
+        },
+        "title": {"x": 0.05},
+        "xaxis": {
+            "automargin": True,
+            "gridcolor": "#EBF0F8",
+            "linecolor": "#EBF0F8",
+            "ticks": "",
+            "title": {"standoff": 15},
+            "zerolinecolor": "#EBF0F8",
+            "zerolinewidth": 2,
+        },
+        "yaxis": {
+            "automargin": True,
+            "gridcolor": "#EBF0F8",
+            "linecolor": "#EBF0F8",
+            "ticks": "",
+            "title": {"standoff": 15},
+            "zerolinecolor": "#EBF0F8",
+            "zerolinewidth": 2,
+        },
+    },
+}
 BASE_LAYOUT: dict[str, Any] = {
     # Room below the x axis for the date ticks' second line (the year) and the legend.
     "margin": {"l": 55, "r": 40, "t": 60, "b": 60},
@@ -34,7 +354,8 @@ BASE_LAYOUT: dict[str, Any] = {
     "hovermode": "x unified",
     "legend": {"orientation": "h", "y": -0.25},
     "font": {"family": "system-ui, sans-serif", "size": 12},
-    "template": "plotly_white",
+    # plotly.js has no named templates: the figure carries the whole one.
+    "template": PLOTLY_WHITE,
     # A vertical toolbar on the right edge stays clear of the title on the left.
     "modebar": {"orientation": "v"},
 }
@@ -44,14 +365,84 @@ PANEL_HEIGHT = 150
 SMALL_COUNT = 6
 
 
-def figure_json(figure: go.Figure) -> dict[str, Any]:
-    """A figure as plain JSON data (NaN → null), ready for `json_script`."""
-    return json.loads(figure.to_json())
+def _clean(value: Any) -> Any:
+    if isinstance(value, float):
+        return None if math.isnan(value) or math.isinf(value) else value
+    if isinstance(value, dict):
+        return {key: _clean(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(item) for item in value]
+    if hasattr(value, "item"):  # a numpy scalar
+        return _clean(value.item())
+    return value
 
 
-def _layout(figure: go.Figure, title: str, **extra: Any) -> go.Figure:
-    figure.update_layout(**{**BASE_LAYOUT, "title": {"text": title, "x": 0}, **extra})
+def figure_json(figure: Figure) -> dict[str, Any]:
+    """A figure as plain JSON data (NaN → null, numpy → Python), ready for `json_script`."""
+    return _clean(figure)
+
+
+def _figure(data: list[dict[str, Any]] | None = None, **layout: Any) -> Figure:
+    return {"data": data or [], "layout": layout}
+
+
+def _layout(figure: Figure, title: str, **extra: Any) -> Figure:
+    figure["layout"].update({**BASE_LAYOUT, "title": {"text": title, "x": 0}, **extra})
     return figure
+
+
+def _axis_name(kind: str, row: int) -> str:
+    """`xaxis`/`yaxis` of row 1, `xaxis2`… below (the layout key; traces use `x`, `x2`…)."""
+    return kind if row == 1 else f"{kind}{row}"
+
+
+def _trace(kind: str, **fields: Any) -> dict[str, Any]:
+    return {"type": kind, **fields}
+
+
+def _add(figure: Figure, trace: dict[str, Any], row: int | None = None) -> None:
+    if row is not None:
+        trace = {**trace, "xaxis": "x" if row == 1 else f"x{row}"}
+        trace["yaxis"] = "y" if row == 1 else f"y{row}"
+    figure["data"].append(trace)
+
+
+def _update_yaxis(figure: Figure, row: int, **axis: Any) -> None:
+    figure["layout"].setdefault(_axis_name("yaxis", row), {}).update(axis)
+
+
+def _subplots(titles: list[str], vertical_spacing: float) -> Figure:
+    """Rows of one column sharing the x axis, each titled: what `make_subplots` laid out."""
+    rows = len(titles)
+    height = (1 - vertical_spacing * (rows - 1)) / rows
+    layout: dict[str, Any] = {}
+    annotations = []
+    for row, title in enumerate(titles, start=1):
+        bottom = (height + vertical_spacing) * (rows - row)
+        top = bottom + height
+        x_axis: dict[str, Any] = {"anchor": "y" if row == 1 else f"y{row}", "domain": [0.0, 1.0]}
+        if row < rows:
+            x_axis.update(matches=f"x{rows}" if rows > 1 else "x", showticklabels=False)
+        layout[_axis_name("xaxis", row)] = x_axis
+        layout[_axis_name("yaxis", row)] = {
+            "anchor": "x" if row == 1 else f"x{row}",
+            "domain": [bottom, top],
+        }
+        annotations.append(
+            {
+                "font": {"size": 16},
+                "showarrow": False,
+                "text": title,
+                "x": 0.5,
+                "xanchor": "center",
+                "xref": "paper",
+                "y": top,
+                "yanchor": "bottom",
+                "yref": "paper",
+            }
+        )
+    layout["annotations"] = annotations
+    return _figure(**layout)
 
 
 def _days(daily: pd.DataFrame) -> list[str]:
@@ -62,7 +453,7 @@ def _percent(series: pd.Series) -> list[float | None]:
     return [None if pd.isna(value) else round(float(value) * 100, 2) for value in series]
 
 
-def _band(days: list[str], rows: pd.DataFrame, **extra: Any) -> go.Scatter:
+def _band(days: list[str], rows: pd.DataFrame, **extra: Any) -> dict[str, Any]:
     """The shaded 95% interval of a daily rate: up along `high`, back along `low`.
 
     Days without a value have no interval (a 0–100 % "interval" of nothing is not shown).
@@ -70,17 +461,18 @@ def _band(days: list[str], rows: pd.DataFrame, **extra: Any) -> go.Scatter:
     known = rows["value" if "value" in rows else "pass_rate"].notna()
     high = _percent(rows["high"].where(known))
     low = _percent(rows["low"].where(known))
-    return go.Scatter(
-        x=days + days[::-1],
-        y=high + low[::-1],
-        mode="lines",
-        fill="toself",
-        fillcolor=BAND_FILL,
-        line={"width": 0},
-        hoverinfo="skip",
-        name="95% interval",
+    return {
+        "type": "scatter",
+        "x": days + days[::-1],
+        "y": high + low[::-1],
+        "mode": "lines",
+        "fill": "toself",
+        "fillcolor": BAND_FILL,
+        "line": {"width": 0},
+        "hoverinfo": "skip",
+        "name": "95% interval",
         **extra,
-    )
+    }
 
 
 def has_data(daily: pd.DataFrame) -> bool:
@@ -88,10 +480,10 @@ def has_data(daily: pd.DataFrame) -> bool:
     return not daily.empty and bool((daily["n"] > 0).any() or (daily["runs"] > 0).any())
 
 
-def _no_data(title: str) -> go.Figure:
+def _no_data(title: str) -> Figure:
     """An honest empty chart: the title and a note, no axes, no band, no traces."""
-    figure = go.Figure()
-    figure.add_annotation(text=NO_DATA, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    note = {"text": NO_DATA, "showarrow": False, "x": 0.5, "y": 0.5, "xref": "paper"}
+    figure = _figure(annotations=[{**note, "yref": "paper"}])
     return _layout(figure, title, height=140, xaxis={"visible": False}, yaxis={"visible": False})
 
 
@@ -103,16 +495,18 @@ def count_axis(maximum: float) -> dict[str, Any]:
     return axis
 
 
-def pass_rate_figure(daily: pd.DataFrame) -> go.Figure:
+def pass_rate_figure(daily: pd.DataFrame) -> Figure:
     """Daily job pass rate (latest attempt) with its 95% Wilson band; hollow when n < min."""
     if not has_data(daily):
         return _no_data("Job pass rate per day (%)")
     days = _days(daily)
-    figure = go.Figure()
-    figure.add_trace(_band(days, daily))
+    figure = _figure()
+    _add(figure, _band(days, daily))
     sufficient = daily["sufficient"].astype(bool).tolist()
-    figure.add_trace(
-        go.Scatter(
+    _add(
+        figure,
+        _trace(
+            "scatter",
             x=days,
             y=_percent(daily["pass_rate"]),
             mode="lines+markers",
@@ -124,52 +518,60 @@ def pass_rate_figure(daily: pd.DataFrame) -> go.Figure:
             customdata=daily["n"].tolist(),
             hovertemplate="%{y:.1f}% of %{customdata} jobs<extra>pass rate</extra>",
             name="pass rate (hollow: n < 10)",
-        )
+        ),
     )
     return _layout(
         figure, "Job pass rate per day (%)", yaxis={"range": [0, 100.5], "ticksuffix": "%"}
     )
 
 
-def volume_figure(daily: pd.DataFrame) -> go.Figure:
+def volume_figure(daily: pd.DataFrame) -> Figure:
     """Logical jobs per day by outcome (stacked) and attempts per day (line)."""
     if not has_data(daily):
         return _no_data("Volume per day")
     days = _days(daily)
-    figure = go.Figure()
-    figure.add_trace(
-        go.Bar(
-            x=days, y=daily["successes"].tolist(), name="✓ successes", marker_color=SUCCESS_COLOUR
-        )
+    figure = _figure()
+    _add(
+        figure,
+        _trace(
+            "bar",
+            x=days,
+            y=daily["successes"].tolist(),
+            name="✓ successes",
+            marker={"color": SUCCESS_COLOUR},
+        ),
     )
-    figure.add_trace(
-        go.Bar(
+    _add(
+        figure,
+        _trace(
+            "bar",
             x=days,
             y=daily["failures"].tolist(),
             name="✗ failed, timed out or cancelled",
-            marker_color=FAILURE_COLOUR,
-            marker_pattern_shape="/",
-        )
+            marker={"color": FAILURE_COLOUR, "pattern": {"shape": "/"}},
+        ),
     )
-    figure.add_trace(
-        go.Scatter(
+    _add(
+        figure,
+        _trace(
+            "scatter",
             x=days,
             y=daily["runs"].tolist(),
             name="attempts that ran",
             mode="lines+markers",
             line={"color": OKABE_ITO[7], "dash": "dot"},
-        )
+        ),
     )
     tallest = max((daily["successes"] + daily["failures"]).max(), daily["runs"].max())
     return _layout(figure, "Volume per day", barmode="stack", yaxis=count_axis(tallest))
 
 
-def duration_figure(daily: pd.DataFrame) -> go.Figure:
+def duration_figure(daily: pd.DataFrame) -> Figure:
     """Mean and median execution and end-to-end minutes per day."""
     if not has_data(daily):
         return _no_data("Durations per day (minutes)")
     days = _days(daily)
-    figure = go.Figure()
+    figure = _figure()
     series = (
         ("mean_execution_seconds", "run time, mean", OKABE_ITO[0], "solid"),
         ("p50_execution_seconds", "run time, P50", OKABE_ITO[0], "dot"),
@@ -178,35 +580,33 @@ def duration_figure(daily: pd.DataFrame) -> go.Figure:
     )
     for column, name, colour, dash in series:
         minutes = [None if pd.isna(v) else round(float(v) / 60, 1) for v in daily[column]]
-        figure.add_trace(
-            go.Scatter(
+        _add(
+            figure,
+            _trace(
+                "scatter",
                 x=days,
                 y=minutes,
                 name=name,
                 mode="lines+markers",
                 line={"color": colour, "dash": dash},
                 hovertemplate="%{y} min",
-            )
+            ),
         )
     return _layout(figure, "Durations per day (minutes)", yaxis={"rangemode": "tozero"})
 
 
-def gate_history_figure(history: pd.DataFrame) -> go.Figure:
+def gate_history_figure(history: pd.DataFrame) -> Figure:
     """One panel per gated rate: its value as of each day, 95% band and the threshold."""
     names = list(dict.fromkeys(history["metric"]))
-    figure = make_subplots(
-        rows=len(names), cols=1, shared_xaxes=True, subplot_titles=names, vertical_spacing=0.08
-    )
+    figure = _subplots(names, 0.08)
     for index, name in enumerate(names, start=1):
         rows = history[history["metric"] == name]
         days = [str(t.date()) if hasattr(t, "date") else str(t) for t in rows["as_of"]]
-        figure.add_trace(
-            _band(days, rows, showlegend=index == 1, legendgroup="band"),
-            row=index,
-            col=1,
-        )
-        figure.add_trace(
-            go.Scatter(
+        _add(figure, _band(days, rows, showlegend=index == 1, legendgroup="band"), index)
+        _add(
+            figure,
+            _trace(
+                "scatter",
                 x=days,
                 y=_percent(rows["value"]),
                 mode="lines+markers",
@@ -217,12 +617,13 @@ def gate_history_figure(history: pd.DataFrame) -> go.Figure:
                 customdata=rows["n"].tolist(),
                 hovertemplate="%{y:.2f}% (n = %{customdata})",
             ),
-            row=index,
-            col=1,
+            index,
         )
         threshold = float(rows["threshold"].iloc[0]) * 100
-        figure.add_trace(
-            go.Scatter(
+        _add(
+            figure,
+            _trace(
+                "scatter",
                 x=[days[0], days[-1]],
                 y=[threshold, threshold],
                 mode="lines",
@@ -232,10 +633,9 @@ def gate_history_figure(history: pd.DataFrame) -> go.Figure:
                 legendgroup="threshold",
                 hovertemplate=f"threshold {rows['direction'].iloc[0]} {threshold:g}%",
             ),
-            row=index,
-            col=1,
+            index,
         )
-        figure.update_yaxes(ticksuffix="%", row=index, col=1)
+        _update_yaxis(figure, index, ticksuffix="%")
     return _layout(
         figure,
         "Gated rates as of each day (policy window, 95% interval)",
@@ -243,15 +643,9 @@ def gate_history_figure(history: pd.DataFrame) -> go.Figure:
     )
 
 
-def _panels(backends: list[str], title: str) -> go.Figure:
+def _panels(backends: list[str], title: str) -> Figure:
     """One full-width panel per backend, sharing the day axis (small multiples)."""
-    figure = make_subplots(
-        rows=len(backends),
-        cols=1,
-        shared_xaxes=True,
-        subplot_titles=backends,
-        vertical_spacing=min(0.08, 0.5 / len(backends)),
-    )
+    figure = _subplots(backends, min(0.08, 0.5 / len(backends)))
     return _layout(figure, title, height=90 + PANEL_HEIGHT * len(backends), showlegend=False)
 
 
@@ -259,7 +653,7 @@ def _backends(daily: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(daily["downstream"])) if not daily.empty else []
 
 
-def backends_pass_rate_figure(daily: pd.DataFrame) -> go.Figure:
+def backends_pass_rate_figure(daily: pd.DataFrame) -> Figure:
     """Daily pass rate, one panel per backend with its 95% band."""
     title = "Job pass rate per day (%)"
     if not has_data(daily):
@@ -269,9 +663,11 @@ def backends_pass_rate_figure(daily: pd.DataFrame) -> go.Figure:
     for index, name in enumerate(backends, start=1):
         rows = daily[daily["downstream"] == name]
         days = _days(rows)
-        figure.add_trace(_band(days, rows), row=index, col=1)
-        figure.add_trace(
-            go.Scatter(
+        _add(figure, _band(days, rows), index)
+        _add(
+            figure,
+            _trace(
+                "scatter",
                 x=days,
                 y=_percent(rows["pass_rate"]),
                 mode="lines+markers",
@@ -286,14 +682,13 @@ def backends_pass_rate_figure(daily: pd.DataFrame) -> go.Figure:
                 customdata=rows["n"].tolist(),
                 hovertemplate="%{y:.1f}% of %{customdata}<extra>" + name + "</extra>",
             ),
-            row=index,
-            col=1,
+            index,
         )
-        figure.update_yaxes(range=[0, 100.5], ticksuffix="%", dtick=50, row=index, col=1)
+        _update_yaxis(figure, index, range=[0, 100.5], ticksuffix="%", dtick=50)
     return figure
 
 
-def backends_count_figure(daily: pd.DataFrame, column: str) -> go.Figure:
+def backends_count_figure(daily: pd.DataFrame, column: str) -> Figure:
     """A daily count (`failures` or `runs`) per backend, one panel per backend."""
     titles = {
         "failures": "Failed, timed out or cancelled per day",
@@ -307,16 +702,17 @@ def backends_count_figure(daily: pd.DataFrame, column: str) -> go.Figure:
     colour = FAILURE_COLOUR if column == "failures" else SUCCESS_COLOUR
     for index, name in enumerate(backends, start=1):
         rows = daily[daily["downstream"] == name]
-        figure.add_trace(
-            go.Bar(
+        _add(
+            figure,
+            _trace(
+                "bar",
                 x=_days(rows),
                 y=rows[column].tolist(),
                 name=name,
-                marker_color=colour,
+                marker={"color": colour},
                 hovertemplate="%{y}<extra>" + name + "</extra>",
             ),
-            row=index,
-            col=1,
+            index,
         )
-        figure.update_yaxes(**count_axis(float(rows[column].max())), row=index, col=1)
+        _update_yaxis(figure, index, **count_axis(float(rows[column].max())))
     return figure

@@ -2,6 +2,7 @@
 
 import datetime as dt
 import itertools
+import os
 
 import numpy as np
 import pytest
@@ -88,6 +89,31 @@ def test_policy_path_argument_and_validation_errors(tmp_path):
         gates.parse_policy(
             {"levels": {"L3": {"promotion": [{"name": "x", "metric": "m", "direction": ">"}]}}}
         )
+
+
+def test_policy_is_parsed_once_per_file_version(tmp_path, monkeypatch):
+    path = tmp_path / "policy.yml"
+    path.write_text("k_consecutive: 4\nlevels: {}\n")
+    reads = []
+    real = gates.read_yaml
+    monkeypatch.setattr(gates, "read_yaml", lambda p: reads.append(p) or real(p))
+    policies = {id(gates.load_policy(path)) for _ in range(50)}
+    assert len(reads) == 1 and len(policies) == 1
+    assert gates.load_policy(path).k_consecutive == 4
+
+    path.write_text("k_consecutive: 6\nlevels: {}\n")
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1_000_000_000))
+    assert gates.load_policy(path).k_consecutive == 6
+    assert gates.load_policy(path).k_consecutive == 6
+    assert len(reads) == 2
+
+
+def test_an_invalid_policy_file_is_not_kept(tmp_path):
+    path = tmp_path / "policy.yml"
+    path.write_text("k_consecutive: 0\nlevels: {}\n")
+    for _ in range(2):
+        with pytest.raises(gates.PolicyError, match="k_consecutive"):
+            gates.load_policy(path)
 
 
 # --------------------------------------------------------------------------- the rule

@@ -1,9 +1,11 @@
 """Charts read at a glance: one panel per backend, whole-number count ticks, honest empty states."""
 
 import datetime as dt
+import json
 import math
 
 import pandas as pd
+import pytest
 
 from hud import stats
 from hud.pages import charts
@@ -108,3 +110,41 @@ def test_the_toolbar_stands_clear_of_the_title():
     layout = _json(charts.backends_pass_rate_figure(DAILY))["layout"]
     assert layout["modebar"]["orientation"] == "v"
     assert layout["title"]["x"] == 0
+
+
+def test_every_figure_is_valid_plotly_js_json():
+    """The dicts are built without plotly; plotly's own validator (a dev dependency) accepts
+    every trace and layout property, and reads back the same figure."""
+    go = pytest.importorskip("plotly.graph_objects")
+    one = DAILY[DAILY["downstream"] == "org/a"].drop(columns="downstream")
+    history = pd.DataFrame(
+        [
+            {
+                "metric": metric,
+                "as_of": pd.Timestamp("2026-11-01", tz="UTC") + pd.Timedelta(days=offset),
+                "value": 0.9 if offset % 3 else math.nan,
+                "low": 0.8,
+                "high": 0.95,
+                "n": 20,
+                "threshold": 0.85,
+                "direction": ">=",
+            }
+            for metric in ("job_pass_rate", "flake_rate")
+            for offset in range(7)
+        ]
+    )
+    figures = [
+        charts.pass_rate_figure(one),
+        charts.volume_figure(one),
+        charts.duration_figure(one),
+        charts.gate_history_figure(history),
+        charts.backends_pass_rate_figure(DAILY),
+        charts.backends_count_figure(DAILY, "failures"),
+        charts.pass_rate_figure(_daily([]).drop(columns="downstream")),
+    ]
+    for figure in figures:
+        data = _json(figure)
+        assert json.loads(json.dumps(data, allow_nan=False)) == data
+        checked = json.loads(go.Figure(data).to_json())
+        assert checked["data"] == data["data"]
+        assert checked["layout"] == data["layout"]
