@@ -4,7 +4,7 @@ Figures are plain plotly.js JSON (`data` + `layout` dicts), built directly: no f
 no per-request validation or deep copies (issue 14). The templates embed them with
 `json_script` and draw them with the plotly.js served from static (no CDN). Colours are
 Okabe–Ito, so they stay distinct for colour-blind readers; every trace also has a name in the
-legend. tests/hud/test_charts.py checks each figure against plotly's own validator.
+legend. tests/pages/test_charts.py checks each figure against plotly's own validator.
 """
 
 from __future__ import annotations

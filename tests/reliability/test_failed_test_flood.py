@@ -16,9 +16,10 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 
-from hud import ingest, promotion
+from hud import promotion
+from hud.core.payload import parse_callback
+from hud.ingestion import ingest
 from hud.models import FailedTest, Job, Level
-from hud.payload import parse_callback
 from tests import promotion as promotion_helpers
 from tests.conftest import NOW
 from tests.support import builders
