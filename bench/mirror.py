@@ -9,8 +9,8 @@ What it does, all in one process on this machine, cleaning up after itself:
    `crcr_bench_mirror_<pid>` on that server (created, migrated, dropped; the server's settings
    are never touched);
 2. the fake GitHub of the test suite (tests/support/fake_github.py) on a free port, the app
-   installed upstream; `hud.github.sleep` records each wait and moves a frozen clock by it, so
-   retry-after waits and the 1-write-a-second governor cost simulated time, not real time;
+   installed upstream; `hud.github.client.sleep` records each wait and moves a frozen clock by
+   it, so retry-after waits and the 1-write-a-second governor cost simulated time, not real time;
 3. --prs dispatched PRs × --backends L4 backends × --jobs jobs; each job reports in_progress,
    then completed (every seventh fails), through `hud.ingestion.ingest.receive_callback` → `store`;
    tasks
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from django.conf import settings
     from django.db import connection
 
-    import hud.github
+    import hud.github.client
     from hud import relay, tasks
     from hud.checks import mirror
     from hud.core import clock
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
             app = fake.add_app(1, _default_private_key_pem())
             fake.install(UPSTREAM)
             fake.sleep_clock = frozen
-            hud.github.sleep = fake.record_sleep
+            hud.github.client.sleep = fake.record_sleep
             settings.GITHUB_API_URL = fake.url
             settings.GITHUB_APP_ID = str(app.app_id)
             settings.GITHUB_APP_PRIVATE_KEY = app.private_key_pem

@@ -14,6 +14,10 @@ from typing import Any
 from hud.core import inputs
 from hud.core.inputs import PayloadError
 
+# check_webhook is re-exported for the callers that import it from here (api.webhook).
+from hud.core.webhook import check_webhook as check_webhook
+from hud.core.webhook import upstream_context
+
 MAX_FAILED_TESTS = 1000
 MAX_MESSAGE_BYTES = 1024
 MAX_STACKTRACE_BYTES = 4096
@@ -214,6 +218,46 @@ def _failed_tests(workflow: dict) -> tuple[tuple[FailedTestData, ...], bool]:
     return tuple(kept), truncated
 
 
+def _suspected_upstream(suspected: dict) -> tuple[dict, str]:
+    """(the kept pr, commit and reason of a verdict's suspect, why_dropped)."""
+    kept = {}
+    for key in ("pr", "commit", "reason"):
+        item = suspected.get(key)
+        if item is None:
+            continue
+        if key == "pr" and not (isinstance(item, int) and not isinstance(item, bool)):
+            if not (isinstance(item, str) and item.isdigit()):
+                return {}, "triage_verdict.suspected_upstream.pr is not a number"
+            item = int(item)
+        elif key != "pr":
+            if not isinstance(item, str):
+                return {}, f"triage_verdict.suspected_upstream.{key} is not a string"
+            item = cut_utf8(item, MAX_VERDICT_EXCERPT_BYTES)
+        kept[key] = item
+    return kept, ""
+
+
+def _evidence(evidence: Any) -> tuple[list, str]:
+    """(a verdict's first evidence items, excerpts cut, why_dropped)."""
+    if not isinstance(evidence, list):
+        return [], "triage_verdict.evidence is not a list"
+    items = []
+    for item in evidence[:MAX_VERDICT_EVIDENCE]:
+        if isinstance(item, str):
+            items.append(cut_utf8(item, MAX_VERDICT_EXCERPT_BYTES))
+        elif isinstance(item, dict):
+            items.append(
+                {
+                    str(k)[:64]: cut_utf8(v, MAX_VERDICT_EXCERPT_BYTES) if isinstance(v, str) else v
+                    for k, v in item.items()
+                    if isinstance(v, (str, int, float, bool)) or v is None
+                }
+            )
+        else:
+            return [], "triage_verdict.evidence items must be strings or objects"
+    return items, ""
+
+
 def normalise_verdict(value: Any) -> tuple[dict | None, str]:
     """Return (verdict, why_dropped): over-long text is cut, a structural fault drops it whole."""
     if value is None:
@@ -240,41 +284,15 @@ def normalise_verdict(value: Any) -> tuple[dict | None, str]:
     if suspected is not None:
         if category != "upstream" or not isinstance(suspected, dict):
             return None, "triage_verdict.suspected_upstream needs category upstream"
-        kept = {}
-        for key in ("pr", "commit", "reason"):
-            item = suspected.get(key)
-            if item is None:
-                continue
-            if key == "pr" and not (isinstance(item, int) and not isinstance(item, bool)):
-                if not (isinstance(item, str) and item.isdigit()):
-                    return None, "triage_verdict.suspected_upstream.pr is not a number"
-                item = int(item)
-            elif key != "pr":
-                if not isinstance(item, str):
-                    return None, f"triage_verdict.suspected_upstream.{key} is not a string"
-                item = cut_utf8(item, MAX_VERDICT_EXCERPT_BYTES)
-            kept[key] = item
+        kept, dropped = _suspected_upstream(suspected)
+        if dropped:
+            return None, dropped
         verdict["suspected_upstream"] = kept
     evidence = value.get("evidence")
     if evidence is not None:
-        if not isinstance(evidence, list):
-            return None, "triage_verdict.evidence is not a list"
-        items = []
-        for item in evidence[:MAX_VERDICT_EVIDENCE]:
-            if isinstance(item, str):
-                items.append(cut_utf8(item, MAX_VERDICT_EXCERPT_BYTES))
-            elif isinstance(item, dict):
-                items.append(
-                    {
-                        str(k)[:64]: cut_utf8(v, MAX_VERDICT_EXCERPT_BYTES)
-                        if isinstance(v, str)
-                        else v
-                        for k, v in item.items()
-                        if isinstance(v, (str, int, float, bool)) or v is None
-                    }
-                )
-            else:
-                return None, "triage_verdict.evidence items must be strings or objects"
+        items, dropped = _evidence(evidence)
+        if dropped:
+            return None, dropped
         verdict["evidence"] = items
     retry = value.get("reproduced_on_retry")
     if retry is not None:
@@ -293,107 +311,8 @@ def normalise_verdict(value: Any) -> tuple[dict | None, str]:
     return verdict, ""
 
 
-def _label_names(labels: Any, path: str) -> tuple[str, ...]:
-    """The names of a pull request's labels: a list of objects with string names."""
-    if labels is None:
-        return ()
-    if not isinstance(labels, list):
-        raise PayloadError(f"{path} must be a list", path)
-    names = []
-    for index, label in enumerate(labels):
-        name = label.get("name") if isinstance(label, dict) else None
-        if not isinstance(name, str):
-            raise PayloadError(f"{path}[{index}].name must be a string", f"{path}[{index}].name")
-        names.append(name)
-    return tuple(name for name in names if name)
-
-
-def _webhook_text(container: dict, key: str, path: str) -> None:
-    value = container.get(key)
-    if value is not None and not isinstance(value, str):
-        raise PayloadError(f"{path} must be a string", path)
-
-
-def _webhook_object(container: dict, key: str, path: str) -> dict:
-    value = container.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise PayloadError(f"{path} must be an object", path)
-    return value
-
-
-def check_webhook(event: str, body: dict) -> None:
-    """Refuse, naming the field, an upstream webhook whose fields we read have the wrong shape."""
-    _webhook_text(body, "action", "action")
-    repository = _webhook_object(body, "repository", "repository")
-    _webhook_text(repository, "full_name", "repository.full_name")
-    if event == "pull_request":
-        pull_request = _webhook_object(body, "pull_request", "pull_request")
-        number = pull_request.get("number")
-        if number is not None and (isinstance(number, bool) or not isinstance(number, int)):
-            raise PayloadError("pull_request.number must be a whole number", "pull_request.number")
-        if number is not None:
-            inputs.integer_in_range(number, "pull_request.number", 0, inputs.INT64_MAX)
-        _webhook_text(pull_request, "title", "pull_request.title")
-        for side in ("head", "base"):
-            part = _webhook_object(pull_request, side, f"pull_request.{side}")
-            _webhook_text(part, "sha", f"pull_request.{side}.sha")
-            _webhook_text(part, "ref", f"pull_request.{side}.ref")
-        _label_names(pull_request.get("labels"), "pull_request.labels")
-        _webhook_text(_webhook_object(body, "label", "label"), "name", "label.name")
-    elif event == "push":
-        for key in ("ref", "after", "before"):
-            _webhook_text(body, key, key)
-    elif event in ("check_run", "check_suite"):
-        _webhook_text(_webhook_object(body, event, event), "head_sha", f"{event}.head_sha")
-
-
-def upstream_context(
-    delivery_id: str, payload: dict
-) -> tuple[str, str | None, int, str, str, tuple[str, ...]]:
-    """(head SHA, the field it came from, PR number, PR title, ref, labels) of a payload."""
-    pull_request = payload.get("pull_request") if isinstance(payload, dict) else None
-    if isinstance(pull_request, dict):
-        head = pull_request.get("head") if isinstance(pull_request.get("head"), dict) else {}
-        sha, sha_field = head.get("sha"), "payload.pull_request.head.sha"
-        number = pull_request.get("number")
-        labels = _label_names(pull_request.get("labels"), "payload.pull_request.labels")
-        title = pull_request.get("title") if isinstance(pull_request.get("title"), str) else ""
-        pr_number = 0
-        if number is not None:
-            if isinstance(number, bool) or not isinstance(number, int):
-                raise PayloadError(
-                    "payload.pull_request.number must be a whole number",
-                    "payload.pull_request.number",
-                )
-            pr_number = inputs.integer_in_range(
-                number, "payload.pull_request.number", 0, inputs.INT64_MAX
-            )
-        if isinstance(sha, str) and sha:
-            return sha, sha_field, pr_number, title[:300], "", labels
-        return delivery_id, None, pr_number, title[:300], "", labels
-    payload = payload if isinstance(payload, dict) else {}
-    ref = payload.get("ref") if isinstance(payload.get("ref"), str) else ""
-    for key in ("head_sha", "after"):
-        sha = payload.get(key)
-        if isinstance(sha, str) and sha:
-            return sha, f"payload.{key}", 0, "", ref, ()
-    return delivery_id, None, 0, "", ref, ()
-
-
-def parse_callback(body: Any, verified_repo: str, *, check_url: bool = True) -> CallbackData:
-    """Validate a callback body for `verified_repo`; raise PayloadError naming the field."""
-    body = _object(body, "body")
-    delivery_id = _identity_text(
-        _string(body, "delivery_id", "delivery_id", required=True, max_chars=100), "delivery_id"
-    )
-    payload = _object(body.get("payload"), "payload", required=False)
-    workflow = _object(body.get("workflow"), "workflow")
-    schema = workflow.get("schema_version", "1")
-    if str(schema) != "1":
-        raise PayloadError('workflow.schema_version must be "1"', "workflow.schema_version")
-
+def _status(workflow: dict) -> tuple[str, str]:
+    """(status, conclusion): a completed job must say how it ended."""
     status = _string(workflow, "status", "workflow.status", required=True)
     if status not in STATUSES:
         raise PayloadError("workflow.status must be in_progress or completed", "workflow.status")
@@ -405,13 +324,21 @@ def parse_callback(body: Any, verified_repo: str, *, check_url: bool = True) -> 
                 "workflow.conclusion must be one of " + ", ".join(CONCLUSIONS),
                 "workflow.conclusion",
             )
+    return status, conclusion
 
+
+def _event_type(body: dict, payload: dict) -> str:
+    """The event type sent, or guessed from the payload when left out."""
     event_type = _string(body, "event_type", "event_type", max_chars=40)
     if not event_type:
         event_type = "pull_request" if "pull_request" in payload else "push"
     if event_type not in EVENT_TYPES:
         raise PayloadError("event_type must be one of " + ", ".join(EVENT_TYPES), "event_type")
+    return event_type
 
+
+def _run(workflow: dict, verified_repo: str, check_url: bool) -> tuple[int, int, str]:
+    """(run id, run attempt, run URL); with `check_url` the URL must be this repo's run."""
     run_id = _digits(workflow, "run_id", "workflow.run_id", required=True)
     run_attempt = _digits(
         workflow, "run_attempt", "workflow.run_attempt", required=False, default=1
@@ -431,43 +358,83 @@ def parse_callback(body: Any, verified_repo: str, *, check_url: bool = True) -> 
             )
     elif not re.match(r"^https://", url):
         raise PayloadError("workflow.url must be an https URL", "workflow.url")
+    return run_id, run_attempt, url
+
+
+def _check_run_id(workflow: dict) -> str:
+    """The job's check run id as text (a number is accepted), "" when not sent."""
     check_run_id = workflow.get("check_run_id")
     if isinstance(check_run_id, int) and not isinstance(check_run_id, bool):
         check_run_id = str(check_run_id)
-    check_run_id = _identity_text(
+    return _identity_text(
         _string({"v": check_run_id}, "v", "workflow.check_run_id", max_chars=100),
         "workflow.check_run_id",
     )
 
+
+def _environment(workflow: dict) -> dict | None:
+    """The job's environment object, refused over 64 KB."""
     environment = workflow.get("environment")
     if environment is not None:
         environment = _object(environment, "workflow.environment")
         if len(json.dumps(environment).encode()) > MAX_ENVIRONMENT_BYTES:
             raise PayloadError("workflow.environment is larger than 64 KB", "workflow.environment")
-    verdict, dropped = normalise_verdict(workflow.get("triage_verdict"))
-    failed_tests, truncated = _failed_tests(workflow)
-    head_sha, sha_field, pr_number, title, ref, labels = upstream_context(delivery_id, payload)
+    return environment
+
+
+def _checked_context(
+    delivery_id: str, payload: dict
+) -> tuple[str, str | None, int, str, str, tuple[str, ...]]:
+    """`upstream_context`, with a head SHA taken from the payload required to be hex."""
+    context = upstream_context(delivery_id, payload)
+    head_sha, sha_field = context[0], context[1]
     if sha_field and not _SHA.match(head_sha):
         raise PayloadError(f"{sha_field} must be a hex commit SHA", sha_field)
+    return context
+
+
+def _job_name(workflow: dict, key: str) -> str:
+    """`workflow.name` or `workflow.job_name`: required, one line, at most 255 characters."""
+    path = f"workflow.{key}"
+    return _identity_text(
+        _string(workflow, key, path, required=True, max_chars=MAX_NAME_CHARS), path
+    )
+
+
+def parse_callback(body: Any, verified_repo: str, *, check_url: bool = True) -> CallbackData:
+    """Validate a callback body for `verified_repo`; raise PayloadError naming the field.
+
+    The steps run in the order below, so a body with several faults is refused for the first.
+    """
+    body = _object(body, "body")
+    delivery_id = _identity_text(
+        _string(body, "delivery_id", "delivery_id", required=True, max_chars=100), "delivery_id"
+    )
+    payload = _object(body.get("payload"), "payload", required=False)
+    workflow = _object(body.get("workflow"), "workflow")
+    schema = workflow.get("schema_version", "1")
+    if str(schema) != "1":
+        raise PayloadError('workflow.schema_version must be "1"', "workflow.schema_version")
+
+    status, conclusion = _status(workflow)
+    event_type = _event_type(body, payload)
+    run_id, run_attempt, url = _run(workflow, verified_repo, check_url)
+    check_run_id = _check_run_id(workflow)
+    environment = _environment(workflow)
+    verdict, dropped = normalise_verdict(workflow.get("triage_verdict"))
+    failed_tests, truncated = _failed_tests(workflow)
+    head_sha, sha_field, pr_number, title, ref, labels = _checked_context(delivery_id, payload)
 
     return CallbackData(
         delivery_id=delivery_id,
         event_type=event_type,
         status=status,
         conclusion=conclusion,
-        workflow_name=_identity_text(
-            _string(workflow, "name", "workflow.name", required=True, max_chars=MAX_NAME_CHARS),
-            "workflow.name",
-        ),
+        workflow_name=_job_name(workflow, "name"),
         workflow_url=url,
         run_id=run_id,
         run_attempt=run_attempt,
-        job_name=_identity_text(
-            _string(
-                workflow, "job_name", "workflow.job_name", required=True, max_chars=MAX_NAME_CHARS
-            ),
-            "workflow.job_name",
-        ),
+        job_name=_job_name(workflow, "job_name"),
         check_run_id=check_run_id or f"{run_id}-{run_attempt}",
         started_at=_timestamp(workflow, "started_at", "workflow.started_at"),
         completed_at=_timestamp(workflow, "completed_at", "workflow.completed_at"),

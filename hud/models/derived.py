@@ -8,7 +8,8 @@ rows instead of re-deriving every attempt of a window per request.
 
 from django.db import models
 
-from hud.models import Downstream, Job
+from hud.models.backends import Downstream
+from hud.models.jobs import Job
 
 
 class OutcomeClass(models.TextChoices):

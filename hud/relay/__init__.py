@@ -13,30 +13,87 @@ re-enqueues what a lost enqueue, a crashed worker or the in-process pool left be
 
 `dispatch_states` and `liveness` are the reads: which results each delivery should produce,
 and which backends answered them (a silent L2+ backend becomes `no_response`).
+
+This module holds the webhook → delivery → dispatch path and the sending (claim, send,
+reconcile); `body` builds a dispatch's `client_payload` and `states` the reads. Both are
+re-exported here.
 """
 
-import copy
 import dataclasses
 import datetime as dt
 import enum
 import fnmatch
 import hashlib
-import json
 import logging
 from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Count, F, Q
+from django.db.models import F, Q
 
 from hud import github
 from hud.checks import mirror
 from hud.core import clock, leases, taskqueue
-from hud.core.payload import cut_utf8
 from hud.levels import effective_levels
-from hud.models import Delivery, Dispatch, Downstream, Job, Level
+from hud.models import Delivery, Dispatch, Downstream, Level
 from hud.reads import selectors
+
+# Re-exported, so `hud.relay.X` keeps naming them: the dispatch body and the expected results.
+from hud.relay.body import (
+    CLIENT_PAYLOAD_BUDGET_BYTES,
+    COMPACTABLE_OBJECTS,
+    IDENTIFYING_KEYS,
+    MIN_CAPPED_STRING_BYTES,
+    TRIM_MARKER,
+    TRIMMABLE_TEXT,
+    client_payload,
+)
+from hud.relay.states import (
+    DispatchState,
+    Liveness,
+    ResponseState,
+    delivery_with_states,
+    dispatch_states,
+    liveness,
+    response_state,
+)
+
+__all__ = [
+    "CLIENT_PAYLOAD_BUDGET_BYTES",
+    "COMPACTABLE_OBJECTS",
+    "CRCR_LABEL_PREFIX",
+    "DISPATCHED_PR_ACTIONS",
+    "HANDLED_EVENTS",
+    "IDENTIFYING_KEYS",
+    "MIN_CAPPED_STRING_BYTES",
+    "REASON_MAX_CHARS",
+    "RELAYED_EVENTS",
+    "TRIMMABLE_TEXT",
+    "TRIM_MARKER",
+    "DispatchState",
+    "Liveness",
+    "ResponseState",
+    "SendOutcome",
+    "SendResult",
+    "WebhookOutcome",
+    "WebhookStatus",
+    "client_payload",
+    "delivery_fields",
+    "delivery_with_states",
+    "dispatch_decision",
+    "dispatch_states",
+    "lease_seconds",
+    "liveness",
+    "no_response_after",
+    "push_ref_matches",
+    "receive_webhook",
+    "reconcile",
+    "record_delivery",
+    "response_state",
+    "retry_delay",
+    "send_dispatch",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -44,29 +101,7 @@ RELAYED_EVENTS = ("pull_request", "push")
 HANDLED_EVENTS = ("pull_request", "push", "check_run", "check_suite")
 DISPATCHED_PR_ACTIONS = frozenset({"opened", "synchronize", "reopened", "closed"})
 CRCR_LABEL_PREFIX = "ciflow/crcr/"
-# GitHub refuses a client_payload of 64 KB or more; keep a margin for how it counts.
-CLIENT_PAYLOAD_BUDGET_BYTES = github.DISPATCH_PAYLOAD_MAX_BYTES - 1024
-TRIM_MARKER = "\n\n… (trimmed by the CRCR relay: the dispatch payload must stay under 64 KB)"
-# Text fields that may be long and that no backend needs whole, cut first, in this order.
-TRIMMABLE_TEXT = (
-    ("pull_request", "body"),
-    ("head_commit", "message"),
-)
-# Sub-objects replaced by their identifying fields when cutting text was not enough.
-COMPACTABLE_OBJECTS = (
-    ("pull_request", "head", "repo"),
-    ("pull_request", "base", "repo"),
-    ("pull_request", "_links"),
-    ("sender",),
-    ("organization",),
-    ("enterprise",),
-    ("pusher",),
-    ("installation",),
-    ("repository",),
-)
-IDENTIFYING_KEYS = ("id", "node_id", "name", "full_name", "login", "html_url", "default_branch")
 REASON_MAX_CHARS = 500
-MIN_CAPPED_STRING_BYTES = 64
 # The send lease and retry delay are hud.github's (one copy, shared with hud.checks).
 lease_seconds = github.lease_seconds
 retry_delay = github.retry_delay
@@ -290,154 +325,6 @@ def _create_dispatches(delivery: Delivery, now: dt.datetime) -> list[Dispatch]:
     return list(Dispatch.objects.filter(delivery=delivery).order_by("id"))
 
 
-# --- the dispatch body ----------------------------------------------------------------------
-
-
-def _size(value: Any) -> int:
-    """Bytes of `value` as JSON, counted the generous way (ASCII escapes, spaced separators)."""
-    return len(json.dumps(value).encode())
-
-
-def _get(container: Any, path: tuple[str, ...]) -> Any:
-    for key in path:
-        if not isinstance(container, dict):
-            return None
-        container = container.get(key)
-    return container
-
-
-def _set(container: dict, path: tuple[str, ...], value: Any) -> None:
-    for key in path[:-1]:
-        container = container[key]
-    container[path[-1]] = value
-
-
-def client_payload(delivery: Delivery) -> tuple[dict[str, Any], list[str]]:
-    """The dispatch `client_payload` of a delivery, and the payload fields trimmed to fit 64 KB.
-
-    The upstream body goes verbatim unless the whole is too large: then long text is cut first
-    (the PR body, commit messages), then bulky sub-objects are reduced to their identifying
-    fields, then the longest remaining strings are cut. Deterministic, so every downstream of a
-    delivery receives the same body.
-    """
-    payload = delivery.payload if isinstance(delivery.payload, dict) else {}
-    envelope = {
-        "event_type": delivery.event_type,
-        "delivery_id": delivery.delivery_id,
-        "payload": payload,
-    }
-    if _size(envelope) <= CLIENT_PAYLOAD_BUDGET_BYTES:
-        return envelope, []
-    payload = copy.deepcopy(payload)
-    envelope["payload"] = payload
-    trimmed: list[str] = []
-
-    def over() -> int:
-        return _size(envelope) - CLIENT_PAYLOAD_BUDGET_BYTES
-
-    text_paths = list(TRIMMABLE_TEXT)
-    commits = payload.get("commits")
-    if isinstance(commits, list):
-        text_paths += [("commits", str(i), "message") for i in range(len(commits))]
-    for path in text_paths:
-        excess = over()
-        if excess <= 0:
-            break
-        value = _get_indexed(payload, path)
-        if not isinstance(value, str) or not value:
-            continue
-        keep = len(value.encode())
-        for _ in range(20):
-            keep = max(0, keep - excess - _size(TRIM_MARKER))
-            _set_indexed(payload, path, cut_utf8(value, keep) + TRIM_MARKER if keep else "")
-            excess = over()
-            if excess <= 0 or keep == 0:
-                break
-        trimmed.append(".".join(path))
-    for path in COMPACTABLE_OBJECTS:
-        if over() <= 0:
-            break
-        value = _get(payload, path)
-        if not isinstance(value, dict):
-            continue
-        compact = {key: value[key] for key in IDENTIFYING_KEYS if key in value}
-        owner = value.get("owner")
-        if isinstance(owner, dict) and "login" in owner:
-            compact["owner"] = {"login": owner["login"]}
-        _set(payload, path, compact)
-        trimmed.append(".".join(path))
-    for _ in range(5):
-        excess = over()
-        if excess <= 0:
-            break
-        trimmed += [name for name in _cap_strings(payload, excess) if name not in trimmed]
-    return envelope, trimmed
-
-
-def _get_indexed(container: Any, path: tuple[str, ...]) -> Any:
-    for key in path:
-        if isinstance(container, list) and key.isdigit() and int(key) < len(container):
-            container = container[int(key)]
-        elif isinstance(container, dict):
-            container = container.get(key)
-        else:
-            return None
-    return container
-
-
-def _set_indexed(container: Any, path: tuple[str, ...], value: Any) -> None:
-    for key in path[:-1]:
-        container = container[int(key)] if isinstance(container, list) else container[key]
-    last = path[-1]
-    if isinstance(container, list):
-        container[int(last)] = value
-    else:
-        container[last] = value
-
-
-def _strings(value: Any, path: tuple[str, ...] = ()) -> Iterable[tuple[tuple[str, ...], str]]:
-    """Every string leaf of a JSON value with its path (list indices as digit strings)."""
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _strings(item, (*path, str(key)))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _strings(item, (*path, str(index)))
-
-
-def _cap_strings(payload: dict, excess: int) -> list[str]:
-    """Cut the longest strings to one common length that frees `excess` bytes; their names.
-
-    Names collapse list indices (`commits[*].message`) so a long list reads as one field.
-    """
-    leaves = [(path, value, len(value.encode())) for path, value in _strings(payload)]
-    lengths = sorted((size for _, _, size in leaves), reverse=True)
-    # Water-filling: the largest cap whose cuts free at least `excess` (+ markers) bytes.
-    cap, total = MIN_CAPPED_STRING_BYTES, 0
-    for index, size in enumerate(lengths):
-        if size <= MIN_CAPPED_STRING_BYTES + 3:
-            break
-        total += size
-        following = lengths[index + 1] if index + 1 < len(lengths) else 0
-        level = max(following, MIN_CAPPED_STRING_BYTES)
-        freed = total - (index + 1) * (level + 3)  # 3: the UTF-8 bytes of the "…" marker
-        if freed >= excess:
-            cap = level + (freed - excess) // (index + 1)
-            break
-    names: list[str] = []
-    for path, value, size in leaves:
-        if size > cap + 3:
-            _set_indexed(payload, path, cut_utf8(value, cap) + "…")
-            name = ".".join("[*]" if part.isdigit() else part for part in path).replace(
-                ".[*]", "[*]"
-            )
-            if name not in names:
-                names.append(name)
-    return names
-
-
 # --- sending --------------------------------------------------------------------------------
 
 
@@ -552,175 +439,3 @@ def reconcile(limit: int = 500) -> int:
     for dispatch_id in ids:
         taskqueue.enqueue("crcr.send_dispatch", dispatch_id)
     return len(ids)
-
-
-# --- expected results -----------------------------------------------------------------------
-
-
-class ResponseState(enum.StrEnum):
-    """Whether a downstream answered a dispatch (CRCR.md, "L4 blocking": no response)."""
-
-    PENDING = "pending"  # the dispatch is not sent yet (or is being retried)
-    EXPECTED = "expected"  # sent to an L2+ backend; its callbacks may still come
-    ANSWERED = "answered"  # at least one callback (job row) for this delivery
-    NO_RESPONSE = "no_response"  # sent to L2+, nothing within CRCR_NO_RESPONSE_AFTER
-    NOT_EXPECTED = "not_expected"  # L1 at dispatch: callbacks are ignored, nothing to expect
-    UNDELIVERED = "undelivered"  # failed or app not installed: the backend never heard of it
-
-
-@dataclasses.dataclass(frozen=True)
-class DispatchState:
-    """One (delivery, downstream) pair: the dispatch and whether results came back."""
-
-    dispatch_id: int
-    delivery_id: str
-    event_type: str
-    pr_number: int
-    head_sha: str
-    downstream_id: int
-    downstream: str
-    level_at_dispatch: int
-    outcome: str
-    attempts: int
-    reason: str
-    trimmed_fields: list[str]
-    created_at: dt.datetime
-    dispatched_at: dt.datetime | None
-    jobs: int
-    state: ResponseState
-    no_response_at: dt.datetime | None
-
-
-def response_state(
-    dispatch: Dispatch, jobs: int, now: dt.datetime
-) -> tuple[ResponseState, dt.datetime | None]:
-    """The ResponseState of a dispatch that has `jobs` job rows, and when silence counts."""
-    if jobs:
-        return ResponseState.ANSWERED, None
-    if dispatch.outcome in (Dispatch.Outcome.FAILED, Dispatch.Outcome.NOT_INSTALLED):
-        return ResponseState.UNDELIVERED, None
-    if dispatch.outcome == Dispatch.Outcome.PENDING or dispatch.dispatched_at is None:
-        return ResponseState.PENDING, None
-    if dispatch.level_at_dispatch < Level.L2:
-        return ResponseState.NOT_EXPECTED, None
-    deadline = dispatch.dispatched_at + selectors.no_response_after()
-    return (ResponseState.NO_RESPONSE if now >= deadline else ResponseState.EXPECTED), deadline
-
-
-def dispatch_states(
-    deliveries: Iterable[Delivery | str] | None = None,
-    *,
-    head_sha: str | None = None,
-    pr_number: int | None = None,
-    downstream: Downstream | None = None,
-    now: dt.datetime | None = None,
-) -> list[DispatchState]:
-    """Per (delivery, downstream): the dispatch and its ResponseState, newest delivery first.
-
-    Select by deliveries (rows or GUIDs), by upstream head SHA, by PR number, or by
-    downstream; filters combine. Two queries whatever the number of rows.
-    """
-    now = now or clock.now()
-    queryset = Dispatch.objects.select_related("delivery", "downstream")
-    if deliveries is not None:
-        guids = [d.delivery_id if isinstance(d, Delivery) else str(d) for d in deliveries]
-        queryset = queryset.filter(delivery__delivery_id__in=guids)
-    if head_sha is not None:
-        queryset = queryset.filter(delivery__head_sha=head_sha)
-    if pr_number is not None:
-        queryset = queryset.filter(delivery__pr_number=pr_number)
-    if downstream is not None:
-        queryset = queryset.filter(downstream=downstream)
-    rows = list(queryset.order_by("-delivery__received_at", "delivery_id", "downstream__full_name"))
-    counts = _job_counts(rows)
-    states = []
-    for row in rows:
-        jobs = counts.get((row.downstream_id, row.delivery.delivery_id), 0)
-        state, deadline = response_state(row, jobs, now)
-        states.append(
-            DispatchState(
-                dispatch_id=row.id,
-                delivery_id=row.delivery.delivery_id,
-                event_type=row.delivery.event_type,
-                pr_number=row.delivery.pr_number,
-                head_sha=row.delivery.head_sha,
-                downstream_id=row.downstream_id,
-                downstream=row.downstream.full_name,
-                level_at_dispatch=row.level_at_dispatch,
-                outcome=row.outcome,
-                attempts=row.attempts,
-                reason=row.reason,
-                trimmed_fields=list(row.trimmed_fields or []),
-                created_at=row.created_at,
-                dispatched_at=row.dispatched_at,
-                jobs=jobs,
-                state=state,
-                no_response_at=deadline,
-            )
-        )
-    return states
-
-
-def _job_counts(rows: list[Dispatch]) -> dict[tuple[int, str], int]:
-    if not rows:
-        return {}
-    guids = {row.delivery.delivery_id for row in rows}
-    downstream_ids = {row.downstream_id for row in rows}
-    counted = (
-        Job.objects.filter(delivery_id__in=guids, downstream_id__in=downstream_ids)
-        .values_list("downstream_id", "delivery_id")
-        .annotate(n=Count("id"))
-    )
-    return {(downstream_id, guid): n for downstream_id, guid, n in counted}
-
-
-@dataclasses.dataclass(frozen=True)
-class Liveness:
-    """How a backend answered what was dispatched to it at L2+ over a window."""
-
-    downstream_id: int
-    dispatched: int  # sent at L2+ within the window
-    answered: int  # of those, with at least one callback
-    no_response: int  # of those, silent past CRCR_NO_RESPONSE_AFTER
-    awaiting: int  # of those, silent but still within CRCR_NO_RESPONSE_AFTER
-
-    @property
-    def answer_rate(self) -> float | None:
-        """answered / (answered + no_response): settled dispatches only; None if none."""
-        settled = self.answered + self.no_response
-        return self.answered / settled if settled else None
-
-
-def liveness(
-    days: int = 7, *, downstream: Downstream | None = None, now: dt.datetime | None = None
-) -> dict[int, Liveness]:
-    """Per downstream id: L2+ dispatches sent in the last `days`, answered vs silent."""
-    now = now or clock.now()
-    silent_before = now - selectors.no_response_after()
-    queryset = selectors.sent_to_l2_plus(now - dt.timedelta(days=days), now)
-    if downstream is not None:
-        queryset = queryset.filter(downstream=downstream)
-    rows = queryset.values("downstream_id").annotate(
-        dispatched=Count("id"),
-        answered_n=Count("id", filter=Q(answered=True)),
-        no_response=Count("id", filter=Q(answered=False, dispatched_at__lte=silent_before)),
-        awaiting=Count("id", filter=Q(answered=False, dispatched_at__gt=silent_before)),
-    )
-    return {
-        row["downstream_id"]: Liveness(
-            downstream_id=row["downstream_id"],
-            dispatched=row["dispatched"],
-            answered=row["answered_n"],
-            no_response=row["no_response"],
-            awaiting=row["awaiting"],
-        )
-        for row in rows.order_by("downstream_id")
-    }
-
-
-def delivery_with_states(delivery_id: str) -> tuple[Delivery, list[DispatchState]] | None:
-    """A delivery and its dispatch states for the delivery page; None if unknown."""
-    delivery = Delivery.objects.filter(delivery_id=delivery_id).first()
-    if delivery is None:
-        return None
-    return delivery, dispatch_states([delivery])

@@ -11,7 +11,7 @@ PURE = [
     *sorted(p for p in (HUD / "core").glob("*.py") if p.name != "taskqueue.py"),
     HUD / "stats" / "__init__.py",
     HUD / "gates" / "__init__.py",
-    HUD / "github" / "__init__.py",
+    *sorted((HUD / "github").glob("*.py")),
     HUD / "pages" / "charts.py",
 ]
 

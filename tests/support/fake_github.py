@@ -39,7 +39,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-import hud.github
+import hud.github.client
 from hud.core import clock
 
 JWT_MAX_LIFETIME = dt.timedelta(minutes=10)
@@ -336,7 +336,7 @@ class FakeGitHub:
             self.running_runs.discard((repo.lower(), int(run_id)))
 
     def record_sleep(self, seconds: float) -> None:
-        """Stand-in for `hud.github.sleep`: record the wait and advance `sleep_clock` if set."""
+        """Stand-in for `hud.github.client.sleep`: record the wait, advance `sleep_clock` if set."""
         self.sleeps.append(seconds)
         if self.sleep_clock is not None:
             self.sleep_clock.advance(seconds=seconds)
@@ -693,8 +693,9 @@ class FakeGitHub:
 def fake_github(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeGitHub]:
     """A started fake GitHub with one app installed on pytorch/pytorch; settings point at it.
 
-    `hud.github.sleep` is replaced by `fake_github.record_sleep`, so no test sleeps through a
-    backoff; set `fake_github.sleep_clock = frozen_clock` to move a frozen clock on each wait.
+    `hud.github.client.sleep` is replaced by `fake_github.record_sleep`, so no test sleeps
+    through a backoff; set `fake_github.sleep_clock = frozen_clock` to move a frozen clock on
+    each wait.
     """
     fake = FakeGitHub().start()
     fake.settings = settings
@@ -709,7 +710,7 @@ def fake_github(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fake
     settings.GITHUB_DISPATCH_APP_PRIVATE_KEY_FILE = None
     # Local answers take milliseconds; a short timeout keeps slow-response tests short.
     settings.GITHUB_TIMEOUT = 2.0
-    monkeypatch.setattr(hud.github, "sleep", fake.record_sleep)
+    monkeypatch.setattr(hud.github.client, "sleep", fake.record_sleep)
     try:
         yield fake
     finally:
