@@ -22,10 +22,9 @@ from api.serializers import (
     JobSerializer,
     JobVerdictSerializer,
 )
-from hud import attribution
+from hud import attribution, pages
 from hud.core import allowlist, clock
 from hud.models import Downstream
-from hud.pages import pagedata
 from hud.reads import selectors
 
 # Rows fetched per round trip of an export's server-side cursor.
@@ -90,10 +89,10 @@ DAYS_PARAMETER = OpenApiParameter(
 )
 
 
-def _days(request: Request, default: int = pagedata.DEFAULT_DAYS) -> int:
+def _days(request: Request, default: int = pages.DEFAULT_DAYS) -> int:
     """`?days=`: 1 to 90."""
     value = params.parse_int(
-        request.query_params, "days", low=1, high=pagedata.MAX_DAYS, default=default
+        request.query_params, "days", low=1, high=pages.MAX_DAYS, default=default
     )
     return int(value)
 
@@ -101,9 +100,9 @@ def _days(request: Request, default: int = pagedata.DEFAULT_DAYS) -> int:
 def _attach_figures(backends: list[Downstream], days: int) -> list[Downstream]:
     """Give each backend the `/crcr` figures of the window (one frame query for all)."""
     now = clock.now()
-    window = pagedata.Window.ending(now, days)
-    for row in pagedata.summary_rows(backends, window, now):
-        row.backend.figures = pagedata.flat_figures(row, window)
+    window = pages.Window.ending(now, days)
+    for row in pages.summary_rows(backends, window, now):
+        row.backend.figures = pages.flat_figures(row, window)
     return backends
 
 
@@ -148,7 +147,7 @@ class BackendDetail(APIView):
         if backend is None:
             raise Http404(f"no backend {org}/{repo}")
         (backend,) = _attach_figures([backend], days)
-        backend.stats = pagedata.backend_stats(backend, days, clock.now())
+        backend.stats = pages.backend_stats(backend, days, clock.now())
         return Response(BackendDetailSerializer(backend).data)
 
 
@@ -195,14 +194,14 @@ class DailyMetrics(APIView):
     )
     def get(self, request: Request) -> Response:
         """Daily pass rate with its interval, counts and durations."""
-        days = _days(request, pagedata.METRICS_DEFAULT_DAYS)
+        days = _days(request, pages.METRICS_DEFAULT_DAYS)
         events = _event_types(request)
         backend = _downstream(request)
         backends = (
             [backend] if backend is not None else [b for b in selectors.backends() if b.level >= 2]
         )
-        daily = pagedata.daily_rows(backends, days, clock.now(), events)
-        rows = DailyRowSerializer(pagedata.daily_records(daily), many=True).data
+        daily = pages.daily_rows(backends, days, clock.now(), events)
+        rows = DailyRowSerializer(pages.daily_records(daily), many=True).data
         return Response({"count": len(rows), "days": days, "results": rows})
 
 

@@ -14,9 +14,9 @@ from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.views.decorators.clickjacking import xframe_options_exempt
 
+from hud import pages
 from hud.core import allowlist, clock, inputs
-from hud.pages import pagedata
-from hud.pages.pagedata import MatrixFilters
+from hud.pages import MatrixFilters
 from hud.reads import selectors
 
 SHA_PATTERN = re.compile(r"^[0-9a-fA-F]{7,64}$")
@@ -73,8 +73,8 @@ def parse_flag(query: QueryDict, name: str) -> bool | None:
 def parse_pins(query: QueryDict) -> tuple[str, ...]:
     """`pin` (repeatable): job names whose matrix columns come first."""
     pins = tuple(dict.fromkeys(p for p in query.getlist("pin") if p))
-    if len(pins) > pagedata.MAX_PINS:
-        raise BadParameter("pin", f"at most {pagedata.MAX_PINS} pinned jobs")
+    if len(pins) > pages.MAX_PINS:
+        raise BadParameter("pin", f"at most {pages.MAX_PINS} pinned jobs")
     if any(len(p) > 255 for p in pins):
         raise BadParameter("pin", "must be at most 255 characters")
     return pins
@@ -88,9 +88,9 @@ def _toggled(query: QueryDict, **changes: list[str]) -> str:
     return copy.urlencode()
 
 
-def parse_days(query: QueryDict, default: int = pagedata.DEFAULT_DAYS) -> int:
+def parse_days(query: QueryDict, default: int = pages.DEFAULT_DAYS) -> int:
     """`days`: the window length, 1 to 90."""
-    return parse_int(query, "days", 1, pagedata.MAX_DAYS, default)
+    return parse_int(query, "days", 1, pages.MAX_DAYS, default)
 
 
 def parse_matrix_filters(query: QueryDict) -> MatrixFilters:
@@ -102,7 +102,7 @@ def parse_matrix_filters(query: QueryDict) -> MatrixFilters:
     return MatrixFilters(
         event_type=parse_choice(query, "event_type", EVENT_TYPES),
         job_name=job,
-        conclusion=parse_choice(query, "conclusion", pagedata.MATRIX_CONCLUSIONS),
+        conclusion=parse_choice(query, "conclusion", pages.MATRIX_CONCLUSIONS),
         pr=None if not raw_pr else parse_int(query, "pr", 0, 10**9, 0),
     )
 
@@ -127,14 +127,14 @@ def summary(request: HttpRequest) -> HttpResponse:
     """`/crcr?days=N`: every backend grouped by level, worst first."""
     try:
         days = parse_days(request.GET)
-        tab = parse_choice(request.GET, "tab", tuple(k for k, _ in pagedata.SUMMARY_TABS))
+        tab = parse_choice(request.GET, "tab", tuple(k for k, _ in pages.SUMMARY_TABS))
     except BadParameter as error:
         return bad_request(request, error)
-    data = pagedata.summary(days, clock.now(), tab or "backends")
+    data = pages.summary(days, clock.now(), tab or "backends")
     context = {
         "nav": "summary",
         "data": data,
-        "tabs": pagedata.SUMMARY_TABS,
+        "tabs": pages.SUMMARY_TABS,
         "days": days,
         "day_choices": (1, 7, 14, 30, 90),
         "export": urlencode({"days": days}),
@@ -153,7 +153,7 @@ def backend(request: HttpRequest, org: str, repo: str) -> HttpResponse:
         pins = parse_pins(request.GET)
     except BadParameter as error:
         return bad_request(request, error)
-    data = pagedata.backend_page(
+    data = pages.backend_page(
         f"{org}/{repo}",
         days=days,
         now=clock.now(),
@@ -169,7 +169,7 @@ def backend(request: HttpRequest, org: str, repo: str) -> HttpResponse:
     return render(request, "hud/backend.html", _backend_context(request, data, days))
 
 
-def _backend_context(request: HttpRequest, data: pagedata.BackendPage, days: int) -> dict:
+def _backend_context(request: HttpRequest, data: pages.BackendPage, days: int) -> dict:
     """Template context of the backend page: the data plus its shareable links."""
     name = data.backend.full_name
     filters = data.filters
@@ -213,13 +213,13 @@ def _backend_context(request: HttpRequest, data: pagedata.BackendPage, days: int
         "backend_export": urlencode({"days": days}),
         "page_query": base.urlencode(),
         "event_types": EVENT_TYPES,
-        "conclusions": pagedata.MATRIX_CONCLUSIONS,
+        "conclusions": pages.MATRIX_CONCLUSIONS,
     }
 
 
 def pull_request(request: HttpRequest, number: int) -> HttpResponse:
     """`/crcr/pr/<n>`: every backend's jobs for a PR, all head SHAs, newest first."""
-    data = pagedata.pr_page(number, clock.now())
+    data = pages.pr_page(number, clock.now())
     if data is None:
         return not_found(request, f"Nothing is known about PR #{number}.")
     context = {"nav": "summary", "data": data, "number": number, "kind": "pr"}
@@ -238,7 +238,7 @@ def _embed_headers(response: HttpResponse) -> HttpResponse:
 @xframe_options_exempt
 def pr_embed(request: HttpRequest, number: int) -> HttpResponse:
     """`/crcr/pr/<n>/embed`: the PR's state per backend, compact, for an iframe elsewhere."""
-    data = pagedata.pr_summary(number, clock.now())
+    data = pages.pr_summary(number, clock.now())
     if data is None:
         return not_found(request, f"Nothing is known about PR #{number}.")
     return _embed_headers(render(request, "hud/pr_embed.html", {"data": data}))
@@ -246,7 +246,7 @@ def pr_embed(request: HttpRequest, number: int) -> HttpResponse:
 
 def pr_summary_json(request: HttpRequest, number: int) -> HttpResponse:
     """`/crcr/pr/<n>/summary.json`: the embed's content as JSON (for bots and other HUDs)."""
-    data = pagedata.pr_summary(number, clock.now())
+    data = pages.pr_summary(number, clock.now())
     if data is None:
         return JsonResponse({"ok": False, "error": "not_found", "pr_number": number}, status=404)
     response = JsonResponse(data)
@@ -256,7 +256,7 @@ def pr_summary_json(request: HttpRequest, number: int) -> HttpResponse:
 
 def pr_badge(request: HttpRequest, number: int) -> HttpResponse:
     """`/crcr/pr/<n>/badge.svg`: a status badge (symbol + word, AA contrast) for a comment."""
-    data = pagedata.pr_summary(number, clock.now())
+    data = pages.pr_summary(number, clock.now())
     state = data["state"] if data else "none"
     svg = render_to_string("hud/pr_badge.svg", {"state": state, "number": number})
     return _embed_headers(HttpResponse(svg, content_type="image/svg+xml"))
@@ -267,7 +267,7 @@ def commit(request: HttpRequest, sha: str) -> HttpResponse:
     if not SHA_PATTERN.match(sha):
         error = BadParameter("sha", "must be a commit SHA or a prefix of at least 7 hex digits")
         return bad_request(request, error)
-    data = pagedata.commit_page(sha.lower(), clock.now())
+    data = pages.commit_page(sha.lower(), clock.now())
     if data is None:
         return not_found(request, f"Nothing is known about commit {sha}.")
     context = {"nav": "summary", "data": data, "sha": sha.lower(), "kind": "commit"}
@@ -277,8 +277,8 @@ def commit(request: HttpRequest, sha: str) -> HttpResponse:
 def metrics(request: HttpRequest) -> HttpResponse:
     """`/crcr/metrics`: pass rate, failures and runs per day per backend."""
     try:
-        days = parse_days(request.GET, pagedata.METRICS_DEFAULT_DAYS)
-        tab = parse_choice(request.GET, "tab", tuple(pagedata.METRICS_TABS)) or "pr"
+        days = parse_days(request.GET, pages.METRICS_DEFAULT_DAYS)
+        tab = parse_choice(request.GET, "tab", tuple(pages.METRICS_TABS)) or "pr"
         name = request.GET.get("backend") or None
         if name is not None and not allowlist.is_repository_name(name):
             raise BadParameter("backend", "must be owner/repo")
@@ -289,8 +289,8 @@ def metrics(request: HttpRequest) -> HttpResponse:
         selected = selectors.backend(name)
         if selected is None:
             return not_found(request, f"No backend {name} is known here.")
-    data = pagedata.metrics_page(days, tab, clock.now(), selected)
-    export = {"days": days, "event_type": ",".join(pagedata.METRICS_TABS[tab])}
+    data = pages.metrics_page(days, tab, clock.now(), selected)
+    export = {"days": days, "event_type": ",".join(pages.METRICS_TABS[tab])}
     if selected is not None:
         export["downstream"] = selected.full_name
     keep = {"days": days, **({"backend": selected.full_name} if selected else {})}

@@ -9,7 +9,7 @@ HUD = Path(__file__).resolve().parents[2] / "hud"
 # hud.core.taskqueue hands work over on transaction.on_commit: the one allowed django.db use.
 PURE = [
     *sorted(p for p in (HUD / "core").glob("*.py") if p.name != "taskqueue.py"),
-    HUD / "stats" / "__init__.py",
+    *sorted((HUD / "stats").glob("*.py")),
     HUD / "gates" / "__init__.py",
     *sorted((HUD / "github").glob("*.py")),
     HUD / "pages" / "charts.py",

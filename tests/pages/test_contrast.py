@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from hud.attribution import BADGES as VERDICT_BADGES
-from hud.pages.pagedata import GATE_BADGES, SYNC_BADGES
+from hud.pages import GATE_BADGES, SYNC_BADGES
 from hud.templatetags.hud_format import STATUSES
 
 CSS = (Path(__file__).resolve().parents[2] / "static" / "hud" / "hud.css").read_text()

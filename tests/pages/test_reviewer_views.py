@@ -236,7 +236,7 @@ def test_bad_matrix_layout_parameters_are_a_400(client, seeded, query):
 
 
 def test_column_group_is_the_name_up_to_the_first_separator():
-    from hud.pages.pagedata import column_group
+    from hud.pages import column_group
 
     assert [column_group(n) for n in ("test-ops", "build", "lint_py", "-odd")] == [
         "test", "build", "lint", "-odd",

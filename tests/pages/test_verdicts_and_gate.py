@@ -128,7 +128,7 @@ def test_check_runs_table_is_collapsed_when_nothing_was_mirrored(client, db, fro
 
 
 def test_check_runs_start_open_once_any_was_sent_or_is_being_sent():
-    from hud.pages.pagedata import ResultsPage
+    from hud.pages import ResultsPage
 
     runs = [{"sync": "not_mirrored"}, {"sync": "pending"}]
     assert ResultsPage([], [], check_runs=runs).any_mirrored

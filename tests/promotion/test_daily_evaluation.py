@@ -6,9 +6,8 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.test import Client
 
-from hud import gates, promotion
+from hud import gates, pages, promotion
 from hud.models import DemotionWarning, GateEvaluation, Level, LevelChange
-from hud.pages import pagedata
 from hud.reads import selectors
 from tests.promotion import UTC, admin, backend, criterion, maintainer, messages_of, report_at
 
@@ -302,7 +301,7 @@ def test_the_gate_history_chart_plots_the_stored_evaluations(frozen_clock, healt
     promotion.add_exclusion(admin(), healthy, "outage", start=outage, end=outage + HOUR)
     for day in (dt.date(2026, 11, 4), THU):
         _run(frozen_clock, day)
-    history = pagedata.gate_history(selectors.gate_evaluations(healthy.pk, SINCE.date()))
+    history = pages.gate_history(selectors.gate_evaluations(healthy.pk, SINCE.date()))
     rates = history[history["metric"] == "job_pass_rate"]
     stored = [criterion(e.detail, "job_pass_rate") for e in GateEvaluation.objects.order_by("day")]
     assert rates["value"].tolist() == [item["value"] for item in stored] == [1.0, 1.0]

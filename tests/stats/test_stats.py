@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hud import stats
+from hud.stats import rates
 
 T0 = dt.datetime(2026, 10, 1, tzinfo=dt.UTC)
 START = T0
@@ -257,10 +258,10 @@ def test_flip_counts_ignore_runs_of_three_or_more_failures():
     p, f = True, False
     # P F P P [F F F] P F F P: flips at the single F and at the double F; the triple is a
     # breakage. After dropping it: P F P P P F F P → transitions out of a pass (P not last): 4.
-    assert stats._flip_counts([p, f, p, p, f, f, f, p, f, f, p]) == (2, 4)
-    assert stats._flip_counts([f, f, f, f]) == (0, 0)
-    assert stats._flip_counts([p, p, p]) == (0, 2)
-    assert stats._flip_counts([]) == (0, 0)
+    assert rates._flip_counts([p, f, p, p, f, f, f, p, f, f, p]) == (2, 4)
+    assert rates._flip_counts([f, f, f, f]) == (0, 0)
+    assert rates._flip_counts([p, p, p]) == (0, 2)
+    assert rates._flip_counts([]) == (0, 0)
 
 
 def test_flip_rate_uses_trunk_pushes_and_nightly_only():

@@ -1,0 +1,209 @@
+"""`/crcr/<org>/<repo>`, a backend's page: stat cards, the gate, charts, matrices, failed tests.
+
+The gate history chart is drawn from the stored daily evaluations (`gate_history`), and the
+gate-adjusted pass rate is laid out beside the raw one (`adjusted_pass_rate`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from hud import attribution, stats
+from hud.models import Downstream, LevelOverride
+from hud.pages import charts
+from hud.pages.common import (
+    NIGHTLY_EVENTS,
+    PR_EVENTS,
+    BackendState,
+    Window,
+    backend_states,
+    badge_dict,
+    latest_with_status,
+)
+from hud.pages.matrices import Matrix, MatrixFilters, compact_wanted, matrix
+from hud.reads import selectors
+
+if TYPE_CHECKING:
+    from hud.promotion import User
+
+
+GATE_HISTORY_DAYS = 28
+# Rates the gate decides on, charted over time (the policy's own windows apply).
+GATE_CHART_METRICS = ("job_pass_rate", "timeout_rate", "overrun_rate", "flake_rate")
+
+
+@dataclass
+class BackendPage:
+    """Everything `/crcr/<org>/<repo>` shows."""
+
+    backend: Downstream
+    level: int
+    override: LevelOverride | None
+    window: Window
+    summary: dict[str, Any]
+    gate: Any
+    gate_figure: dict | None
+    pr_matrix: Matrix
+    nightly_matrix: Matrix
+    failed_tests: list[selectors.FailedTestRank]
+    figures: dict[str, dict]
+    job_names: list[str]
+    filters: MatrixFilters
+    adjusted: AdjustedPassRate | None = None
+    can_request: bool = False
+    state: BackendState = field(default_factory=BackendState)
+    compact: bool = False
+    pins: tuple[str, ...] = ()
+
+    @property
+    def gate_figures(self) -> dict[str, Any]:
+        """The gate's value of each metric a headline card also shows, by metric name.
+
+        The promotion criterion wins over the demotion rule of the same metric (the same
+        number over the same window, but the promotion one is the decision being asked).
+        """
+        evaluation = self.gate.evaluation
+        figures = {c.metric: c for c in evaluation.demotion_criteria}
+        figures.update({c.metric: c for c in evaluation.criteria})
+        return figures
+
+
+@dataclass
+class AdjustedPassRate:
+    """The gate-adjusted pass rate beside the raw one, per gated window, and what it left out."""
+
+    basis: str  # raw | adjusted: which one the gate decides on (policy pass_rate_basis)
+    windows: list[dict[str, Any]]  # {"days", "raw": Estimate, "adjusted": Estimate}
+    excluded: list[dict[str, Any]]  # attribution's excluded jobs, each with its verdict badge
+
+    @property
+    def left_out(self) -> list[dict[str, Any]]:
+        """The verdicts the adjusted rate leaves out, with their badges (for the legend)."""
+        return [{"verdict": v, "badge": badge_dict(v)} for v in attribution.GATE_EXCLUDED]
+
+
+def adjusted_pass_rate(adjusted: dict[str, Any] | None) -> AdjustedPassRate | None:
+    """`BackendGate.adjusted` (hud.attribution.gate_adjusted_pass_rates) laid out for the page."""
+    from hud import gates
+
+    if not adjusted:
+        return None
+    windows = []
+    for days in adjusted["windows"]:
+        pair = adjusted["estimates"].get(gates.metric_key("job_pass_rate", days))
+        if pair is not None:
+            windows.append({"days": days, "raw": pair["raw"], "adjusted": pair["adjusted"]})
+    excluded = [
+        {**item, "badge": badge_dict(item["verdict"])}
+        for item in sorted(adjusted["excluded"], key=lambda e: e["placed_at"] or "", reverse=True)
+    ]
+    return AdjustedPassRate(adjusted.get("basis", "raw"), windows, excluded)
+
+
+def backend_summary(frame: stats.Jobs, window: Window, now: dt.datetime) -> dict[str, Any]:
+    """`hud.stats.backend_summary` over the page window, the figures the stat cards show."""
+    return stats.backend_summary(frame, window.start, window.end, now)
+
+
+def gate_history(evaluations: Iterable[tuple[dt.date, dict[str, Any]]]) -> pd.DataFrame:
+    """Each gated rate as the stored daily evaluations decided on it, one point per day.
+
+    Drawn from what `promotion.daily_evaluation` stored, so every point is that day's gate:
+    its exclusions, its pass-rate basis and its as-of cut-off, never a second rule.
+    """
+    records = [
+        {
+            "as_of": pd.Timestamp(detail["as_of"]),
+            "metric": item["name"],
+            **{key: item[key] for key in ("value", "low", "high", "n", "threshold")},
+            "direction": item["direction"],
+            "window_days": item["window_days"],
+        }
+        for _, detail in evaluations
+        for item in detail.get("criteria", [])
+        if item["metric"] in GATE_CHART_METRICS
+    ]
+    return pd.DataFrame.from_records(
+        records,
+        columns=[
+            "as_of", "metric", "value", "low", "high", "n", "threshold", "direction",
+            "window_days",
+        ],
+    )  # fmt: skip
+
+
+def backend_page(
+    full_name: str,
+    *,
+    days: int,
+    now: dt.datetime,
+    filters: MatrixFilters,
+    page: int = 1,
+    nightly_page: int = 1,
+    user: User | None = None,
+    compact: bool | None = None,
+    pins: tuple[str, ...] = (),
+) -> BackendPage | None:
+    """Everything `/crcr/<org>/<repo>` shows; None for an unknown backend.
+
+    `user` (the signed-in reader) decides whether the page offers "Request a level change";
+    `compact` (None: automatic) and `pins` lay out the matrices.
+    """
+    from hud import promotion  # the promotion service owns the gate evaluation
+
+    backend = selectors.backend(full_name)
+    if backend is None:
+        return None
+    window = Window.ending(now, days)
+    override = selectors.active_overrides([backend.id], now).get(backend.id)
+    gate = promotion.evaluate_backend(backend, now)
+    # The rows `jobs_frame(window.start, window.end)` selects, so `/crcr` shows the same.
+    frame = stats.prepare(selectors.jobs_frame(window.start, now, [backend.id]))
+    latest = latest_with_status(frame, now)
+    events_pr = PR_EVENTS if filters.event_type in (None, *PR_EVENTS) else ()
+    events_nightly = NIGHTLY_EVENTS if filters.event_type in (None, *NIGHTLY_EVENTS) else ()
+    daily = stats.daily_series(frame, window.start, window.end)
+    history = gate_history(
+        selectors.gate_evaluations(backend.id, (now - dt.timedelta(days=GATE_HISTORY_DAYS)).date())
+    )
+    pr_matrix = matrix(latest, events_pr, filters, window, page, pins=pins)
+    nightly_matrix = matrix(
+        latest, events_nightly, replace(filters, pr=None), window, nightly_page, pins=pins
+    )
+    return BackendPage(
+        backend=backend,
+        level=override.level if override else backend.level,
+        override=override,
+        window=window,
+        summary=backend_summary(frame, window, now),
+        gate=gate,
+        gate_figure=charts.figure_json(charts.gate_history_figure(history))
+        if not history.empty
+        else None,
+        pr_matrix=pr_matrix,
+        nightly_matrix=nightly_matrix,
+        failed_tests=selectors.failed_tests_ranked(
+            backend.id,
+            window.start,
+            window.end,
+            event_type=filters.event_type,
+            job_name=filters.job_name,
+        ),
+        figures={
+            "pass_rate": charts.figure_json(charts.pass_rate_figure(daily)),
+            "volume": charts.figure_json(charts.volume_figure(daily)),
+            "durations": charts.figure_json(charts.duration_figure(daily)),
+        },
+        job_names=sorted(set(latest["job_name"].tolist())),
+        filters=filters,
+        adjusted=adjusted_pass_rate(gate.adjusted),
+        can_request=user is not None and promotion.maintains(user, backend),
+        state=backend_states([backend.id], now)[backend.id],
+        compact=compact_wanted(compact, pr_matrix, nightly_matrix),
+        pins=pins,
+    )

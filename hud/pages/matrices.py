@@ -1,0 +1,185 @@
+"""The backend page's matrices: rows (PR head SHAs, commits) × job columns, one page at a time.
+
+Columns are ordered builds first, then by name, pinned jobs before all; the compact layout
+groups columns by the job name's prefix (`column_group`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from hud.models import Job
+from hud.pages.common import Window
+from hud.reads import selectors
+
+MATRIX_PAGE_SIZE = 25
+# The display statuses a matrix can be filtered by (`?conclusion=`).
+MATRIX_CONCLUSIONS = (
+    "success",
+    "failure",
+    "cancelled",
+    "timed_out",
+    "skipped",
+    "neutral",
+    "in_progress",
+    "stuck",
+)
+
+
+@dataclass
+class MatrixCell:
+    """The latest attempt of one logical job: its row, display status and attempt count."""
+
+    job: Job
+    status: str
+    attempts: int
+
+
+@dataclass
+class MatrixRow:
+    """One upstream PR head SHA or commit, with a cell per job column."""
+
+    event_type: str
+    pr_number: int
+    head_sha: str
+    placed_at: dt.datetime
+    title: str = ""
+    author: str = ""
+    cells: list[MatrixCell | None] = field(default_factory=list)
+
+
+@dataclass
+class Matrix:
+    """Rows (newest first) × job columns, one page of rows."""
+
+    columns: list[tuple[str, str]]
+    rows: list[MatrixRow]
+    page: int
+    pages: int
+    total_rows: int
+    pinned: int = 0  # the first `pinned` columns are the reader's pinned jobs
+
+    @property
+    def groups(self) -> list[dict[str, Any]]:
+        """Runs of adjacent columns that share a group (`column_group`), for a header row."""
+        groups: list[dict[str, Any]] = []
+        for index, (_, job) in enumerate(self.columns):
+            name = "pinned" if index < self.pinned else column_group(job)
+            if groups and groups[-1]["name"] == name:
+                groups[-1]["span"] += 1
+            else:
+                groups.append({"name": name, "span": 1})
+        return groups
+
+
+# The compact matrix is the default from this many job columns (`?compact=0|1` decides).
+COMPACT_AUTO_COLUMNS = 10
+# At most this many pinned jobs (`?pin=<job>`, repeatable).
+MAX_PINS = 10
+GROUP_SEPARATORS = ("-", "_", "/", ":", " ")
+
+
+def column_group(job_name: str) -> str:
+    """A job's group in the compact matrix: its name up to the first separator
+    (`test-ops` and `test-nn` → `test`; `build` alone → `build`)."""
+    cut = min((job_name.find(c) for c in GROUP_SEPARATORS if c in job_name), default=-1)
+    return job_name[:cut] if cut > 0 else job_name
+
+
+def compact_wanted(requested: bool | None, *matrices: Matrix) -> bool:
+    """The compact mode: as the reader asked, else on when a matrix has many job columns."""
+    if requested is not None:
+        return requested
+    return any(len(m.columns) >= COMPACT_AUTO_COLUMNS for m in matrices)
+
+
+@dataclass(frozen=True)
+class MatrixFilters:
+    """Filters of the backend page's matrices (all optional)."""
+
+    event_type: str | None = None
+    job_name: str | None = None
+    conclusion: str | None = None
+    pr: int | None = None
+
+
+def matrix(
+    latest: pd.DataFrame,
+    events: Iterable[str],
+    filters: MatrixFilters,
+    window: Window,
+    page: int,
+    page_size: int = MATRIX_PAGE_SIZE,
+    pins: tuple[str, ...] = (),
+) -> Matrix:
+    """Lay latest attempts of `events` in the window out as rows × job columns, one page.
+
+    Columns of pinned job names come first (in pin order), then builds, then by name.
+    """
+    cells = latest[
+        latest["event_type"].isin(list(events))
+        & (latest["placed_at"] >= pd.Timestamp(window.start))
+        & (latest["placed_at"] < pd.Timestamp(window.end))
+    ]
+    if filters.event_type:
+        cells = cells[cells["event_type"] == filters.event_type]
+    if filters.job_name:
+        cells = cells[cells["job_name"] == filters.job_name]
+    if filters.pr is not None:
+        cells = cells[cells["pr_number"] == filters.pr]
+    if filters.conclusion:
+        cells = cells[cells["display"] == filters.conclusion]
+    row_key = ["event_type", "pr_number", "head_sha"]
+    if cells.empty:
+        return Matrix([], [], 1, 1, 0)
+    heads = (
+        cells.groupby(row_key, sort=False)["placed_at"]
+        .max()
+        .reset_index()
+        .sort_values(["placed_at", "head_sha"], ascending=[False, True], kind="mergesort")
+    )
+    total = len(heads)
+    pages = max(1, math.ceil(total / page_size))
+    page = min(max(page, 1), pages)
+    heads = heads.iloc[(page - 1) * page_size : page * page_size]
+    shown = cells.merge(heads[row_key], on=row_key)
+    columns = sorted(
+        set(zip(shown["workflow_name"], shown["job_name"], strict=True)), key=column_order
+    )
+    pinned = sorted((c for c in columns if c[1] in pins), key=lambda c: (pins.index(c[1]), c))
+    columns = pinned + [c for c in columns if c not in pinned]
+    jobs = selectors.latest_attempt_rows(shown["id"].astype(int).tolist())
+    details = selectors.pr_details(heads["pr_number"].astype(int).tolist())
+    by_row: dict[tuple, dict[tuple[str, str], MatrixCell]] = {}
+    for record in shown.itertuples(index=False):
+        key = (record.event_type, int(record.pr_number), record.head_sha)
+        cell = MatrixCell(jobs[int(record.id)], record.display, int(record.attempts))
+        by_row.setdefault(key, {})[(record.workflow_name, record.job_name)] = cell
+    rows = []
+    for head in heads.itertuples(index=False):
+        key = (head.event_type, int(head.pr_number), head.head_sha)
+        row_cells = by_row.get(key, {})
+        rows.append(
+            MatrixRow(
+                event_type=head.event_type,
+                pr_number=int(head.pr_number),
+                head_sha=head.head_sha,
+                placed_at=head.placed_at.to_pydatetime(),
+                title=details.get(int(head.pr_number), {}).get("title", ""),
+                author=details.get(int(head.pr_number), {}).get("author", ""),
+                cells=[row_cells.get(column) for column in columns],
+            )
+        )
+    return Matrix(columns, rows, page, pages, total, len(pinned))
+
+
+def column_order(column: tuple[str, str]) -> tuple[bool, str, str]:
+    # Builds first, then alphabetical: the order a maintainer reads a workflow in.
+    workflow, job = column
+    return (not job.startswith("build"), job, workflow)

@@ -1,0 +1,82 @@
+"""`/crcr/metrics`: the daily pass rate, failures and runs per backend, from the rollups."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from hud import stats
+from hud.models import Downstream, Level
+from hud.pages import charts
+from hud.pages.common import NIGHTLY_EVENTS, Window
+from hud.reads import rollups, selectors
+
+METRICS_TABS = {
+    "pr": ("pull_request",),
+    "trunk": ("push",),
+    "nightly": NIGHTLY_EVENTS,
+}
+
+
+def daily_rows(
+    backends: list[Downstream], days: int, now: dt.datetime, events: Iterable[str] | None = None
+) -> pd.DataFrame:
+    """`hud.stats.daily_series` per backend over the last `days` UTC days, from the rollups."""
+    window = Window.ending(now, days)
+    start = (now - dt.timedelta(days=days - 1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    series = rollups.daily_series([b.id for b in backends], start, window.end, events)
+    parts = [series[b.id].assign(downstream=b.full_name) for b in backends]
+    if not parts:
+        return pd.DataFrame(columns=["downstream", *stats.DAILY_COLUMNS])
+    return pd.concat(parts, ignore_index=True)[["downstream", *stats.DAILY_COLUMNS]]
+
+
+def daily_records(daily: pd.DataFrame) -> list[dict[str, Any]]:
+    """Daily rows as plain JSON-able dicts (NaN → None)."""
+    out = []
+    for record in daily.to_dict("records"):
+        out.append(
+            {
+                key: (None if isinstance(value, float) and math.isnan(value) else value)
+                for key, value in record.items()
+            }
+        )
+    return out
+
+
+@dataclass
+class MetricsPage:
+    """`/crcr/metrics`: daily pass rate, failures and runs per backend."""
+
+    days: int
+    tab: str
+    selected: Downstream | None
+    backends: list[Downstream]
+    figures: dict[str, dict]
+    rows: list[dict[str, Any]]
+
+
+def metrics_page(
+    days: int, tab: str, now: dt.datetime, selected: Downstream | None = None
+) -> MetricsPage:
+    """Everything `/crcr/metrics` shows."""
+    on_hud = [b for b in selectors.backends() if b.level >= Level.L2]
+    shown = [selected] if selected is not None else on_hud
+    daily = daily_rows(shown, days, now, METRICS_TABS[tab])
+    return MetricsPage(
+        days=days,
+        tab=tab,
+        selected=selected,
+        backends=on_hud,
+        figures={
+            "pass_rate": charts.figure_json(charts.backends_pass_rate_figure(daily)),
+            "failures": charts.figure_json(charts.backends_count_figure(daily, "failures")),
+            "runs": charts.figure_json(charts.backends_count_figure(daily, "runs")),
+        },
+        rows=daily_records(daily),
+    )

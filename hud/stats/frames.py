@@ -1,0 +1,206 @@
+"""Jobs frames: the one input of every figure, cleaned, ordered and classified once.
+
+A *jobs frame* has one row per attempt (`JOB_COLUMNS`); a *logical job* is `LOGICAL_JOB_KEY`,
+its attempts ordered by `ATTEMPT_ORDER`; rows sharing (run_id, run_attempt) are the legs of one
+attempt. `prepare` turns a frame into `PreparedJobs` (rows, attempts, latest and first attempt
+per logical job, with their outcome class), which every metric accepts instead of a frame.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hud.stats.outcomes import classify
+
+JOB_COLUMNS: dict[str, str] = {
+    "id": "int64",
+    "downstream": "object",
+    "event_type": "object",
+    "pr_number": "int64",
+    "head_sha": "object",
+    "workflow_name": "object",
+    "job_name": "object",
+    "run_id": "int64",
+    "run_attempt": "int64",
+    "status": "object",
+    "conclusion": "object",
+    "placed_at": "datetime64[ns, UTC]",
+    "in_progress_received_at": "datetime64[ns, UTC]",
+    "queue_seconds": "float64",
+    "execution_seconds": "float64",
+    "closed_by_sweeper": "bool",
+    "ref": "object",
+}
+LOGICAL_JOB_KEY = ["downstream", "event_type", "head_sha", "workflow_name", "job_name"]
+ATTEMPT_ORDER = ["run_id", "run_attempt", "id"]
+# Rows of one logical job sharing run_id and run_attempt are the legs of one attempt.
+ATTEMPT_KEY = [*LOGICAL_JOB_KEY, "run_id", "run_attempt"]
+# Worst first when an attempt's legs disagree; skipped, neutral and unfinished rank below all.
+LEG_SEVERITY = {"failure": 4, "timed_out": 3, "cancelled": 2, "success": 1}
+
+_DEFAULTS: dict[str, Any] = {
+    "event_type": "pull_request",
+    "pr_number": 0,
+    "head_sha": "",
+    "workflow_name": "",
+    "job_name": "",
+    "run_id": 0,
+    "run_attempt": 1,
+    "status": "completed",
+    "conclusion": "",
+    "in_progress_received_at": pd.NaT,
+    "queue_seconds": np.nan,
+    "execution_seconds": np.nan,
+    "closed_by_sweeper": False,
+    "ref": "",
+}
+
+
+def empty_jobs_frame() -> pd.DataFrame:
+    """An empty jobs frame with the contract's columns and dtypes."""
+    return pd.DataFrame({col: pd.Series(dtype=dtype) for col, dtype in JOB_COLUMNS.items()})
+
+
+def jobs_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """Build a jobs frame from dicts, filling optional columns and coercing the dtypes."""
+    records = [{**_DEFAULTS, **row} for row in rows]
+    if not records:
+        return empty_jobs_frame()
+    frame = pd.DataFrame.from_records(records)
+    missing = [c for c in JOB_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"jobs frame is missing required columns: {missing}")
+    return coerce_jobs_frame(frame)
+
+
+def coerce_jobs_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Return `df` with the contract's columns in order and dtypes (extra columns dropped)."""
+    out = pd.DataFrame(index=df.index)
+    for col, dtype in JOB_COLUMNS.items():
+        series = df[col]
+        if dtype.startswith("datetime"):
+            out[col] = pd.to_datetime(series, utc=True)
+        elif dtype == "object":
+            out[col] = series.fillna("").astype(str)
+        elif dtype == "bool":
+            out[col] = series.fillna(False).astype(bool)
+        else:
+            out[col] = series.astype(dtype)
+    return out.reset_index(drop=True)
+
+
+def _clean(df: pd.DataFrame) -> pd.DataFrame:
+    # Duplicated deliveries of the same row (same id) count once; sorting by id makes every
+    # later step independent of the caller's row order.
+    return df.drop_duplicates(subset="id", keep="last").sort_values("id", kind="mergesort")
+
+
+def as_of(df: pd.DataFrame, moment: dt.datetime) -> pd.DataFrame:
+    """The jobs frame as it was known at `moment`: rows placed before it."""
+    if isinstance(df, PreparedJobs):
+        df = df.rows
+    return df[df["placed_at"] < pd.Timestamp(moment)]
+
+
+def _in_window(times: pd.Series, start: dt.datetime, end: dt.datetime) -> pd.Series:
+    return (times >= pd.Timestamp(start)) & (times < pd.Timestamp(end))
+
+
+def _with_attempt_info(rows: pd.DataFrame) -> pd.DataFrame:
+    """Clean rows by logical job then attempt order, with what each row's attempt amounts to.
+
+    Rows of one logical job with the same (run_id, run_attempt) are legs of one attempt (CRCR.md
+    "Legs vs attempts"): they share `attempt_index`; `attempts` counts attempts, not legs;
+    `attempt_severity` is the worst leg's `LEG_SEVERITY` and `attempt_open` whether any leg of
+    the attempt is still in progress.
+    """
+    rows = rows.sort_values([*LOGICAL_JOB_KEY, *ATTEMPT_ORDER], kind="mergesort")
+    starts_attempt = (rows[ATTEMPT_KEY] != rows[ATTEMPT_KEY].shift()).any(axis=1).astype(int)
+    by_job = [rows[column] for column in LOGICAL_JOB_KEY]
+    attempt_index = starts_attempt.groupby(by_job, sort=False).cumsum() - 1
+    legs = rows.assign(
+        severity=rows["conclusion"].map(LEG_SEVERITY).fillna(0).astype(int),
+        open=rows["status"] != "completed",
+    ).groupby([rows[column] for column in ATTEMPT_KEY], sort=False)
+    return rows.assign(
+        attempt_index=attempt_index,
+        attempts=attempt_index.groupby(by_job, sort=False).transform("max") + 1,
+        latest_placed_at=rows.groupby(by_job, sort=False)["placed_at"].transform("last"),
+        attempt_severity=legs["severity"].transform("max"),
+        attempt_open=legs["open"].transform("any"),
+    )
+
+
+def _attempt_outcome(legs: pd.DataFrame) -> pd.DataFrame:
+    """One row per logical job from the legs of one of its attempts: the worst leg stands for it.
+
+    An attempt's conclusion is the worst of its legs (failure > timed_out > cancelled > success),
+    and it is complete only when every leg that reported is, so a passing leg that reports last
+    never hides a failing one.
+    """
+    rows = legs.assign(severity=legs["conclusion"].map(LEG_SEVERITY).fillna(0))
+    worst = (
+        rows.sort_values([*LOGICAL_JOB_KEY, "severity", "id"], kind="mergesort")
+        .groupby(LOGICAL_JOB_KEY, sort=False, dropna=False)
+        .tail(1)
+        .drop(columns="severity")
+    )
+    still_open = worst["attempt_open"].to_numpy()
+    worst = worst.assign(
+        status=np.where(still_open, "in_progress", worst["status"]),
+        conclusion=np.where(still_open, "", worst["conclusion"]),
+    )
+    return worst.sort_values([*LOGICAL_JOB_KEY, *ATTEMPT_ORDER], kind="mergesort")
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedJobs:
+    """A jobs frame cleaned, ordered and classified once; every metric accepts it instead."""
+
+    rows: pd.DataFrame  # de-duplicated by id, sorted by id
+    attempts: pd.DataFrame  # by logical job and attempt order, with attempt_index, attempts
+    latest: pd.DataFrame  # latest attempt per logical job, with `outcome`
+    first: pd.DataFrame  # first attempt per logical job, with `outcome` and latest_placed_at
+
+
+Jobs = pd.DataFrame | PreparedJobs
+
+
+def prepare(df: Jobs) -> PreparedJobs:
+    """Clean, order and classify a jobs frame once, to compute many metrics from it."""
+    if isinstance(df, PreparedJobs):
+        return df
+    rows = _clean(df)
+    attempts = _with_attempt_info(rows)
+    latest = _attempt_outcome(attempts[attempts["attempt_index"] == attempts["attempts"] - 1])
+    first = _attempt_outcome(attempts[attempts["attempt_index"] == 0])
+    attempt_columns = ["attempt_index", "attempt_severity", "attempt_open"]
+    latest = latest.drop(columns=attempt_columns).reset_index(drop=True)
+    first = first.drop(columns=attempt_columns).reset_index(drop=True)
+    return PreparedJobs(
+        rows=rows,
+        attempts=attempts,
+        latest=latest.assign(outcome=classify(latest, rows)),
+        first=first.assign(outcome=classify(first, rows)),
+    )
+
+
+def latest_attempts(df: Jobs) -> pd.DataFrame:
+    """One row per logical job: its latest attempt, with `attempts` and `outcome` columns."""
+    return prepare(df).latest
+
+
+def first_attempts(df: Jobs) -> pd.DataFrame:
+    """One row per logical job: its first attempt (lowest run_id, run_attempt, id)."""
+    return prepare(df).first
+
+
+def classified_latest(df: Jobs) -> pd.DataFrame:
+    """Latest attempt per logical job with an `outcome` column (see `classify`)."""
+    return prepare(df).latest

@@ -1,0 +1,114 @@
+"""Outcome classes of one attempt and how a window's logical jobs were classified.
+
+Every pass-rate-like figure counts attempts by these classes: success, failure, timed_out and
+cancelled count; a cancel superseded by a later head SHA of the same PR, skipped, neutral and
+unfinished attempts are excluded (`classify`, `outcome_class`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+# Outcome classes of one attempt, for every pass-rate-like figure.
+SUCCESS = "success"
+FAILURE = "failure"
+TIMED_OUT = "timed_out"
+CANCELLED = "cancelled"
+SUPERSEDED = "superseded"
+EXCLUDED = "excluded"
+COUNTED = (SUCCESS, FAILURE, TIMED_OUT, CANCELLED)
+# The class of a completed attempt by its conclusion; skipped, neutral and unfinished are excluded.
+CONCLUSION_OUTCOMES = {
+    "success": SUCCESS,
+    "failure": FAILURE,
+    "timed_out": TIMED_OUT,
+    "cancelled": CANCELLED,
+}
+
+
+@dataclass(frozen=True)
+class OutcomeCounts:
+    """How the logical jobs of a window were classified for the pass rate."""
+
+    successes: int = 0
+    failures: int = 0
+    timed_out: int = 0
+    cancelled: int = 0
+    superseded: int = 0
+    excluded: int = 0
+
+    @property
+    def counted(self) -> int:
+        """The pass-rate denominator: success, failure, timed_out and unsuperseded cancels."""
+        return self.successes + self.failures + self.timed_out + self.cancelled
+
+    @property
+    def against(self) -> int:
+        """Everything counted that is not a success."""
+        return self.counted - self.successes
+
+
+def _superseded(rows: pd.DataFrame, universe: pd.DataFrame) -> pd.Series:
+    """For each row: another row of the same downstream and PR, other head SHA, placed later."""
+    result = pd.Series(False, index=rows.index)
+    candidates = rows[(rows["pr_number"] != 0)]
+    if candidates.empty:
+        return result
+    per_sha = (
+        universe[universe["pr_number"] != 0]
+        .groupby(["downstream", "pr_number", "head_sha"], sort=True)["placed_at"]
+        .max()
+        .reset_index()
+        .sort_values(["downstream", "pr_number", "placed_at", "head_sha"], kind="mergesort")
+    )
+    # For each PR keep the two SHAs seen last: the latest other SHA of any row is one of them.
+    top = per_sha.groupby(["downstream", "pr_number"], sort=False).tail(2)
+    top = top.assign(rank=top.groupby(["downstream", "pr_number"]).cumcount(ascending=False))
+    first = top[top["rank"] == 0].rename(columns={"head_sha": "sha1", "placed_at": "t1"})
+    second = top[top["rank"] == 1].rename(columns={"head_sha": "sha2", "placed_at": "t2"})
+    merged = (
+        candidates[["downstream", "pr_number", "head_sha", "placed_at"]]
+        .reset_index()
+        .merge(first.drop(columns="rank"), on=["downstream", "pr_number"], how="left")
+        .merge(second.drop(columns="rank"), on=["downstream", "pr_number"], how="left")
+    )
+    other_latest = merged["t1"].where(merged["sha1"] != merged["head_sha"], merged["t2"])
+    flags = (other_latest > merged["placed_at"]).fillna(False).astype(bool)
+    result.loc[merged["index"].to_numpy()] = flags.to_numpy()
+    return result
+
+
+def outcome_class(status: str, conclusion: str, superseded: bool) -> str:
+    """Outcome class of one attempt; `superseded`: a row of the same backend and PR with
+    another head SHA was placed after it (the rule `classify` applies to a whole frame)."""
+    if status != "completed":
+        return EXCLUDED
+    outcome = CONCLUSION_OUTCOMES.get(conclusion, EXCLUDED)
+    return SUPERSEDED if outcome == CANCELLED and superseded else outcome
+
+
+def classify(rows: pd.DataFrame, universe: pd.DataFrame) -> pd.Series:
+    """Outcome class of each attempt row for pass rates (superseded judged against `universe`)."""
+    completed = rows["status"] == "completed"
+    outcome = rows["conclusion"].map(CONCLUSION_OUTCOMES).where(completed).fillna(EXCLUDED)
+    outcome = outcome.astype(object)
+    cancelled = outcome == CANCELLED
+    if cancelled.any():
+        superseded = _superseded(rows[cancelled], universe)
+        outcome[cancelled] = np.where(superseded.to_numpy(), SUPERSEDED, CANCELLED)
+    return outcome
+
+
+def _counts(outcomes: pd.Series) -> OutcomeCounts:
+    tally = outcomes.value_counts()
+    return OutcomeCounts(
+        successes=int(tally.get(SUCCESS, 0)),
+        failures=int(tally.get(FAILURE, 0)),
+        timed_out=int(tally.get(TIMED_OUT, 0)),
+        cancelled=int(tally.get(CANCELLED, 0)),
+        superseded=int(tally.get(SUPERSEDED, 0)),
+        excluded=int(tally.get(EXCLUDED, 0)),
+    )

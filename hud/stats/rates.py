@@ -1,0 +1,186 @@
+"""Rates over a window: pass, timeout, first-attempt, re-run, flake and flip rates.
+
+Each is a share of the window's logical jobs (by their latest attempt's `placed_at`) with a
+day-clustered interval, except the flip rate (TestGrid's rule, on trunk and nightly series).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+
+import pandas as pd
+
+from hud.stats.frames import LEG_SEVERITY, LOGICAL_JOB_KEY, Jobs, _in_window, prepare
+from hud.stats.intervals import (
+    DEFAULT_MIN_N,
+    SPREAD_LOOKBACK,
+    Estimate,
+    day_clustered_proportion,
+    proportion,
+)
+from hud.stats.outcomes import (
+    COUNTED,
+    FAILURE,
+    SUCCESS,
+    TIMED_OUT,
+    OutcomeCounts,
+    _counts,
+)
+
+TRUNK_REF = "refs/heads/main"
+# A run of this many consecutive failures is a real breakage, not a flip (TestGrid's rule).
+BREAKAGE_RUN = 3
+
+
+def _window_latest(classified: pd.DataFrame, start: dt.datetime, end: dt.datetime) -> pd.DataFrame:
+    return classified[_in_window(classified["placed_at"], start, end)]
+
+
+def outcome_counts(df: Jobs, start: dt.datetime, end: dt.datetime) -> OutcomeCounts:
+    """Classification counts of the logical jobs whose latest attempt is in the window."""
+    return _counts(_window_latest(prepare(df).latest, start, end)["outcome"])
+
+
+def _pass_rate_from_counts(counts: OutcomeCounts, min_n: int) -> Estimate:
+    # One day's pass rate (daily series): a single cluster, so the plain Wilson interval.
+    return proportion(counts.successes, counts.counted, min_n=min_n, note=_excluded_note(counts))
+
+
+def _excluded_note(counts: OutcomeCounts) -> str:
+    return f"{counts.superseded} superseded cancels and {counts.excluded} skipped/neutral excluded"
+
+
+def _share_of_counted(
+    jobs: pd.DataFrame,
+    when: str,
+    outcome: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    min_n: int,
+    note: str = "",
+) -> Estimate:
+    """Share of `outcome` among the counted logical jobs placed (by `when`) in the window."""
+    counted = jobs[jobs["outcome"].isin(COUNTED)]
+    return day_clustered_proportion(
+        counted[when], counted["outcome"] == outcome, start, end, min_n=min_n, note=note
+    )
+
+
+def pass_rate(
+    df: Jobs, start: dt.datetime, end: dt.datetime, *, min_n: int = DEFAULT_MIN_N
+) -> Estimate:
+    """Job pass rate: successes / counted latest attempts of the window's logical jobs."""
+    latest = prepare(df).latest
+    note = _excluded_note(_counts(_window_latest(latest, start, end)["outcome"]))
+    return _share_of_counted(latest, "placed_at", SUCCESS, start, end, min_n, note)
+
+
+def timeout_rate(
+    df: Jobs, start: dt.datetime, end: dt.datetime, *, min_n: int = DEFAULT_MIN_N
+) -> Estimate:
+    """Share of counted latest attempts that timed out (same denominator as the pass rate)."""
+    return _share_of_counted(prepare(df).latest, "placed_at", TIMED_OUT, start, end, min_n)
+
+
+def first_attempt_pass_rate(
+    df: Jobs, start: dt.datetime, end: dt.datetime, *, min_n: int = DEFAULT_MIN_N
+) -> Estimate:
+    """Pass rate of each window logical job's first attempt (what a re-run would have hidden)."""
+    return _share_of_counted(prepare(df).first, "latest_placed_at", SUCCESS, start, end, min_n)
+
+
+def rerun_rate(
+    df: Jobs, start: dt.datetime, end: dt.datetime, *, min_n: int = DEFAULT_MIN_N
+) -> Estimate:
+    """Share of the window's completed logical jobs that have more than one attempt."""
+    latest = prepare(df).latest
+    completed = latest[latest["status"] == "completed"]
+    return day_clustered_proportion(
+        completed["placed_at"], completed["attempts"] > 1, start, end, min_n=min_n
+    )
+
+
+# --------------------------------------------------------------------------- flakiness
+
+
+def flaky_jobs(df: Jobs, start: dt.datetime, end: dt.datetime) -> pd.DataFrame:
+    """Window logical jobs with `has_failure`, `has_success` and `flaky` (both) columns."""
+    attempts = prepare(df).attempts
+    attempts = attempts[_in_window(attempts["latest_placed_at"], start, end)]
+    # Judged by attempt (the worst of its legs), so two legs of one attempt are not a flake.
+    completed = ~attempts["attempt_open"]
+    attempts = attempts.assign(
+        is_failure=completed & (attempts["attempt_severity"] == LEG_SEVERITY[FAILURE]),
+        is_success=completed & (attempts["attempt_severity"] == LEG_SEVERITY[SUCCESS]),
+    )
+    per_job = attempts.groupby(LOGICAL_JOB_KEY, sort=True).agg(
+        has_failure=("is_failure", "any"),
+        has_success=("is_success", "any"),
+        attempts=("attempts", "last"),
+        placed_at=("latest_placed_at", "last"),
+    )
+    return per_job.assign(flaky=per_job["has_failure"] & per_job["has_success"]).reset_index()
+
+
+def flake_rate(
+    df: Jobs, start: dt.datetime, end: dt.datetime, *, min_n: int = DEFAULT_MIN_N
+) -> Estimate:
+    """Flaky logical jobs / logical jobs with at least one failed or successful attempt."""
+    lookback_start = min(pd.Timestamp(start), pd.Timestamp(end) - SPREAD_LOOKBACK)
+    jobs = flaky_jobs(df, lookback_start, end)
+    eligible = jobs[jobs["has_failure"] | jobs["has_success"]]
+    return day_clustered_proportion(
+        eligible["placed_at"], eligible["flaky"], start, end, min_n=min_n
+    )
+
+
+def _flip_counts(outcomes: list[bool]) -> tuple[int, int]:
+    """(flips, eligible transitions) of one pass(True)/fail(False) series, oldest first."""
+    # Drop failures in runs of >= BREAKAGE_RUN: they are breakages. The points on either side
+    # of a dropped run are passes, so dropping never merges two short failure runs.
+    kept: list[bool] = []
+    i = 0
+    while i < len(outcomes):
+        j = i
+        while j < len(outcomes) and outcomes[j] == outcomes[i]:
+            j += 1
+        if outcomes[i] or j - i < BREAKAGE_RUN:
+            kept.extend(outcomes[i:j])
+        i = j
+    flips = sum(1 for a, b in itertools.pairwise(kept) if a and not b)
+    eligible = sum(1 for a in kept[:-1] if a)
+    return flips, eligible
+
+
+def flip_series(df: Jobs, start: dt.datetime, end: dt.datetime) -> pd.DataFrame:
+    """Per (downstream, workflow, job) trunk+nightly series: points, flips, eligible."""
+    classified = prepare(df).latest
+    trunk = (classified["event_type"] == "push") & (classified["ref"] == TRUNK_REF)
+    nightly = classified["event_type"] == "nightly"
+    points = classified[
+        (trunk | nightly)
+        & classified["outcome"].isin([SUCCESS, FAILURE, TIMED_OUT])
+        & _in_window(classified["placed_at"], start, end)
+    ].sort_values(["placed_at", "id"], kind="mergesort")
+    records = []
+    for key, series in points.groupby(["downstream", "workflow_name", "job_name"], sort=True):
+        flips, eligible = _flip_counts((series["outcome"] == SUCCESS).tolist())
+        records.append((*key, len(series), flips, eligible))
+    return pd.DataFrame(
+        records,
+        columns=["downstream", "workflow_name", "job_name", "points", "flips", "eligible"],
+    )
+
+
+def flip_rate(
+    df: Jobs, start: dt.datetime, end: dt.datetime, *, min_n: int = DEFAULT_MIN_N
+) -> Estimate:
+    """TestGrid-style flip rate: pass→fail flips / transitions out of a pass, breakages ignored."""
+    series = flip_series(df, start, end)
+    return proportion(
+        int(series["flips"].sum()),
+        int(series["eligible"].sum()),
+        min_n=min_n,
+        note="trunk pushes and nightly; failure runs of >= 3 ignored",
+    )
