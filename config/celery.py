@@ -13,6 +13,7 @@ from celery.signals import (
     setup_logging,
     task_postrun,
     task_prerun,
+    worker_process_init,
     worker_ready,
     worker_shutting_down,
 )
@@ -30,9 +31,11 @@ app.autodiscover_tasks()
 app.conf.beat_schedule = {
     "crcr.sweep_zombies": {"task": "crcr.sweep_zombies", "schedule": 300.0},
     "crcr.prune_used_tokens": {"task": "crcr.prune_used_tokens", "schedule": 3600.0},
-    "crcr.reconcile_dispatches": {"task": "crcr.reconcile_dispatches", "schedule": 60.0},
+    # Every 20 s: with hud.core.leases' 20 s heartbeat, a lost worker's sends are redone
+    # within a minute (docs/operations.md).
+    "crcr.reconcile_dispatches": {"task": "crcr.reconcile_dispatches", "schedule": 20.0},
     # Relay part 2: check runs, gates, comments and re-runs that did not reach GitHub.
-    "crcr.reconcile_mirror": {"task": "crcr.reconcile_mirror", "schedule": 60.0},
+    "crcr.reconcile_mirror": {"task": "crcr.reconcile_mirror", "schedule": 20.0},
     # Idempotent per day: hourly runs make a missed one harmless.
     "crcr.daily_evaluation": {"task": "crcr.daily_evaluation", "schedule": 3600.0},
     # Notifications: stale/silent/gate-failure checks, and re-sending what is due.
@@ -69,6 +72,18 @@ def _use_django_logging(**kwargs: Any) -> None:
     from django.conf import settings
 
     dictConfig(settings.LOGGING)
+
+
+@worker_process_init.connect
+def _beat_from_pool_process(**kwargs: Any) -> None:
+    """A prefork pool process runs tasks, so it names their claims and keeps them alive."""
+    leases.start_heartbeat()
+
+
+@worker_ready.connect
+def _beat_from_worker(**kwargs: Any) -> None:
+    """Thread and solo pools run tasks in the worker process itself (hud.core.leases)."""
+    leases.start_heartbeat()
 
 
 @worker_ready.connect

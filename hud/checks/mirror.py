@@ -244,8 +244,8 @@ def _latest_attempts(jobs: Iterable[Job]) -> list[Job]:
 def _claim(model: type, row_id: int, now: dt.datetime) -> bool:
     lease = github.lease_seconds()
     free = Q(claimed_at__isnull=True) | Q(claimed_at__lt=now - dt.timedelta(seconds=lease))
-    orphaned = leases.left_by_this_task(model.__name__, row_id)
-    if orphaned is not None:  # this task's earlier run died holding the row
+    orphaned = leases.takeover_stamp(model.__name__, row_id)
+    if orphaned is not None:  # the run holding the row died (this task's, or its process is gone)
         free |= Q(claimed_at=orphaned)
     claimed = bool(
         model.objects.filter(id=row_id).filter(free).update(claimed_at=now, resync=False)
@@ -268,6 +268,16 @@ def _run_claimed(
         # The holder sees the flag when it releases and takes one more pass with fresh data.
         model.objects.filter(id=row_id).update(resync=True)
         return SyncOutcome(SyncResult.BUSY, detail="another worker holds this row")
+    try:
+        return _passes(model, row_id, now, step)
+    finally:
+        leases.forget(model.__name__, row_id)  # this attempt is over, whatever its outcome
+
+
+def _passes(
+    model: type, row_id: int, now: dt.datetime, step: Callable[[dt.datetime], SyncOutcome]
+) -> SyncOutcome:
+    """Run `step` on a claimed row until nobody asked for a resync meanwhile, then release it."""
     outcome = SyncOutcome(SyncResult.UNCHANGED)
     for _ in range(MAX_PASSES):
         outcome = step(now)
@@ -1541,6 +1551,21 @@ def sync_oncall_comment(pr_number: int, downstream_id: int) -> SyncOutcome:
 # --- the reconciler ---------------------------------------------------------------------------
 
 
+def _abandoned(model: type, expired: dt.datetime) -> set[int]:
+    """Rows still under lease whose holding process is gone (hud.core.leases)."""
+    claims = model.objects.filter(claimed_at__gte=expired).values_list("id", "claimed_at")
+    return leases.abandoned(model.__name__, dict(claims[:500]))
+
+
+def _unheld(model: type, expired: dt.datetime, gone: set[int], prefix: str = "") -> Q:
+    """Rows nobody holds: never claimed, lease run out, or claimed by a process that is gone."""
+    return (
+        Q(**{f"{prefix}claimed_at__isnull": True})
+        | Q(**{f"{prefix}claimed_at__lt": expired})
+        | Q(**{f"{prefix}id__in": gone})
+    )
+
+
 def reconcile(limit: int = 500) -> dict[str, int]:
     """Re-enqueue check runs, gates, comments and re-runs that did not reach GitHub.
 
@@ -1558,8 +1583,8 @@ def reconcile(limit: int = 500) -> dict[str, int]:
         seconds=int(getattr(settings, "CRCR_MIRROR_WINDOW_SECONDS", 3 * 86400))
     )
     expired = now - dt.timedelta(seconds=github.lease_seconds())
-    free = Q(claimed_at__isnull=True) | Q(claimed_at__lt=expired)
     max_attempts = _max_attempts()
+    gone_runs = _abandoned(CheckRunMirror, expired)
 
     job_ids = list(
         Job.objects.filter(
@@ -1570,12 +1595,9 @@ def reconcile(limit: int = 500) -> dict[str, int]:
             updated_at__gte=window,
         )
         .exclude(source=Job.Source.IMPORT)
-        .filter(Q(updated_at__lt=settled) | Q(closed_by_sweeper=True))
-        .filter(
-            Q(mirror__isnull=True)
-            | Q(mirror__claimed_at__isnull=True)
-            | Q(mirror__claimed_at__lt=expired)
-        )
+        # A sync whose process is gone is not waited for: nobody else will finish it.
+        .filter(Q(updated_at__lt=settled) | Q(closed_by_sweeper=True) | Q(mirror__id__in=gone_runs))
+        .filter(Q(mirror__isnull=True) | _unheld(CheckRunMirror, expired, gone_runs, "mirror__"))
         .filter(
             # Never synced, or the job moved on since (a sweeper close, a lost enqueue) ...
             Q(mirror__isnull=True)
@@ -1604,7 +1626,7 @@ def reconcile(limit: int = 500) -> dict[str, int]:
     )
     gate_shas = set(
         GateCheck.objects.filter(created_at__gte=window, attempts__lt=max_attempts)
-        .filter(free)
+        .filter(_unheld(GateCheck, expired, _abandoned(GateCheck, expired)))
         .filter(
             ~Q(sent_hash=F("desired_hash"))
             | Q(check_run_id__isnull=True)
@@ -1629,7 +1651,7 @@ def reconcile(limit: int = 500) -> dict[str, int]:
 
     comments = list(
         OncallComment.objects.filter(created_at__gte=window, attempts__lt=max_attempts)
-        .filter(free)
+        .filter(_unheld(OncallComment, expired, _abandoned(OncallComment, expired)))
         .filter(Q(resync=True) | ~Q(last_body_hash=F("desired_hash")))
         .exclude(desired_hash="")
         .values_list("pr_number", "downstream_id")[:limit]
@@ -1644,7 +1666,7 @@ def reconcile(limit: int = 500) -> dict[str, int]:
             created_at__lt=settled,
             attempts__lt=max_attempts,
         )
-        .filter(free)
+        .filter(Q(claimed_at__isnull=True) | Q(claimed_at__lt=expired))
         .values_list("id", flat=True)[:limit]
     )
     for rerun_id in reruns:

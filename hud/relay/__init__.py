@@ -332,8 +332,10 @@ def _claim(dispatch_id: int, now: dt.datetime) -> bool:
     """Take the row for one send attempt; False if sent, given up, or another holds it."""
     lease = github.lease_seconds()
     free = Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=now - dt.timedelta(seconds=lease))
-    orphaned = leases.left_by_this_task("Dispatch", dispatch_id)
-    if orphaned is not None:  # this task's earlier run died holding the row
+    orphaned = leases.takeover_stamp("Dispatch", dispatch_id)
+    if (
+        orphaned is not None
+    ):  # the run holding the row died (this task's, or any whose process is gone)
         free |= Q(dispatched_at=orphaned)
     claimed = bool(
         Dispatch.objects.filter(id=dispatch_id, outcome=Dispatch.Outcome.PENDING)
@@ -350,6 +352,7 @@ def _finish(dispatch_id: int, claimed_at: dt.datetime, **fields: Any) -> None:
     Dispatch.objects.filter(
         id=dispatch_id, outcome=Dispatch.Outcome.PENDING, dispatched_at=claimed_at
     ).update(**fields)
+    leases.forget("Dispatch", dispatch_id)
 
 
 def send_dispatch(dispatch_id: int) -> SendOutcome:
@@ -430,9 +433,16 @@ def reconcile(limit: int = 500) -> int:
     now = clock.now()
     settled = now - dt.timedelta(seconds=settings.CRCR_DISPATCH_RECONCILE_AFTER_SECONDS)
     expired = now - dt.timedelta(seconds=github.lease_seconds())
+    pending = Dispatch.objects.filter(outcome=Dispatch.Outcome.PENDING)
+    claims = pending.filter(dispatched_at__gte=expired).values_list("id", "dispatched_at")
+    # A send whose process is gone is not waited for: nobody else will finish it.
+    gone = leases.abandoned("Dispatch", dict(claims[:limit]))
     ids = list(
-        Dispatch.objects.filter(outcome=Dispatch.Outcome.PENDING, created_at__lt=settled)
-        .filter(Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=expired))
+        pending.filter(
+            Q(created_at__lt=settled, dispatched_at__isnull=True)
+            | Q(created_at__lt=settled, dispatched_at__lt=expired)
+            | Q(id__in=gone)
+        )
         .order_by("created_at", "id")
         .values_list("id", flat=True)[:limit]
     )
