@@ -42,7 +42,7 @@ from django.db.models import Exists, F, OuterRef, Q
 from prometheus_client import Counter
 
 from hud import attribution, github, levels, notifications
-from hud.core import clock, leases, taskqueue
+from hud.core import clock, taskqueue
 from hud.core.payload import workflow_url_pattern
 from hud.github import mirror_enabled
 from hud.levels import effective_levels
@@ -57,6 +57,7 @@ from hud.models import (
     Level,
     OncallComment,
     RerunRequest,
+    claims,
 )
 from hud.reads import selectors
 
@@ -242,17 +243,7 @@ def _latest_attempts(jobs: Iterable[Job]) -> list[Job]:
 
 
 def _claim(model: type, row_id: int, now: dt.datetime) -> bool:
-    lease = github.lease_seconds()
-    free = Q(claimed_at__isnull=True) | Q(claimed_at__lt=now - dt.timedelta(seconds=lease))
-    orphaned = leases.left_by_this_task(model.__name__, row_id)
-    if orphaned is not None:  # this task's earlier run died holding the row
-        free |= Q(claimed_at=orphaned)
-    claimed = bool(
-        model.objects.filter(id=row_id).filter(free).update(claimed_at=now, resync=False)
-    )
-    if claimed:
-        leases.record(model.__name__, row_id, now, lease)
-    return claimed
+    return claims.claim(model.objects.all(), "claimed_at", row_id, now, resync=False)
 
 
 def _write(model: type, row_id: int, claimed_at: dt.datetime, **fields: Any) -> bool:
@@ -1287,10 +1278,9 @@ def request_reruns(delivery: Delivery, event: str, body: dict[str, Any]) -> str:
 def send_rerun(rerun_id: int) -> SyncOutcome:
     """Ask GitHub to re-run one downstream run once; an already running run is not an error."""
     now = clock.now()
-    expired = now - dt.timedelta(seconds=github.lease_seconds())
     claimed = (
         RerunRequest.objects.filter(id=rerun_id, outcome=RerunRequest.Outcome.PENDING)
-        .filter(Q(claimed_at__isnull=True) | Q(claimed_at__lt=expired))
+        .filter(claims.unleased("claimed_at", now))
         .update(claimed_at=now, attempts=F("attempts") + 1)
     )
     if not claimed:
@@ -1558,7 +1548,7 @@ def reconcile(limit: int = 500) -> dict[str, int]:
         seconds=int(getattr(settings, "CRCR_MIRROR_WINDOW_SECONDS", 3 * 86400))
     )
     expired = now - dt.timedelta(seconds=github.lease_seconds())
-    free = Q(claimed_at__isnull=True) | Q(claimed_at__lt=expired)
+    free = claims.unleased("claimed_at", now)
     max_attempts = _max_attempts()
 
     job_ids = list(

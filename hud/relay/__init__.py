@@ -32,10 +32,10 @@ from django.db.models import Count, F, Q
 
 from hud import github
 from hud.checks import mirror
-from hud.core import clock, leases, taskqueue
+from hud.core import clock, taskqueue
 from hud.core.payload import cut_utf8
 from hud.levels import effective_levels
-from hud.models import Delivery, Dispatch, Downstream, Job, Level
+from hud.models import Delivery, Dispatch, Downstream, Job, Level, claims
 from hud.reads import selectors
 
 logger = logging.getLogger(__name__)
@@ -443,19 +443,8 @@ def _cap_strings(payload: dict, excess: int) -> list[str]:
 
 def _claim(dispatch_id: int, now: dt.datetime) -> bool:
     """Take the row for one send attempt; False if sent, given up, or another holds it."""
-    lease = github.lease_seconds()
-    free = Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=now - dt.timedelta(seconds=lease))
-    orphaned = leases.left_by_this_task("Dispatch", dispatch_id)
-    if orphaned is not None:  # this task's earlier run died holding the row
-        free |= Q(dispatched_at=orphaned)
-    claimed = bool(
-        Dispatch.objects.filter(id=dispatch_id, outcome=Dispatch.Outcome.PENDING)
-        .filter(free)
-        .update(dispatched_at=now, attempts=F("attempts") + 1)
-    )
-    if claimed:
-        leases.record("Dispatch", dispatch_id, now, lease)
-    return claimed
+    pending = Dispatch.objects.filter(outcome=Dispatch.Outcome.PENDING)
+    return claims.claim(pending, "dispatched_at", dispatch_id, now, attempts=F("attempts") + 1)
 
 
 def _finish(dispatch_id: int, claimed_at: dt.datetime, **fields: Any) -> None:
@@ -542,10 +531,9 @@ def reconcile(limit: int = 500) -> int:
 
     now = clock.now()
     settled = now - dt.timedelta(seconds=settings.CRCR_DISPATCH_RECONCILE_AFTER_SECONDS)
-    expired = now - dt.timedelta(seconds=github.lease_seconds())
     ids = list(
         Dispatch.objects.filter(outcome=Dispatch.Outcome.PENDING, created_at__lt=settled)
-        .filter(Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=expired))
+        .filter(claims.unleased("dispatched_at", now))
         .order_by("created_at", "id")
         .values_list("id", flat=True)[:limit]
     )

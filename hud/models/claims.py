@@ -1,0 +1,42 @@
+"""Claiming a row with a lease: the one conditional UPDATE hud.relay and hud.checks share.
+
+A send to GitHub first claims its row by stamping a lease column (`Dispatch.dispatched_at`, the
+mirrored rows' `claimed_at`) with a conditional UPDATE that only matches while no live lease
+holds the row, so one worker at a time talks to GitHub for it. A lease is live for
+`hud.github.lease_seconds()`; a task redelivered after its worker died may take back the exact
+stamp its dead run left (`hud.core.leases`). The ORM half lives here, beside the models; the
+cache half (who holds which stamp) in `hud.core.leases`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.db.models import Q, QuerySet
+
+from hud import github
+from hud.core import leases
+
+
+def unleased(field: str, now: dt.datetime) -> Q:
+    """Rows whose lease in `field` is not held at `now`: never claimed, or the lease ran out."""
+    expired = now - dt.timedelta(seconds=github.lease_seconds())
+    return Q(**{f"{field}__isnull": True}) | Q(**{f"{field}__lt": expired})
+
+
+def claim(rows: QuerySet, field: str, row_id: int, now: dt.datetime, **update: Any) -> bool:
+    """Stamp `field` of row `row_id` of `rows` with `now` (and `update`) if nobody holds it.
+
+    `rows` carries any further condition of the claim (a dispatch must still be pending). True
+    when this call took the row; the claim is then recorded for a redelivery of this task.
+    """
+    kind = rows.model.__name__
+    free = unleased(field, now)
+    orphaned = leases.left_by_this_task(kind, row_id)
+    if orphaned is not None:  # this task's earlier run died holding the row
+        free |= Q(**{field: orphaned})
+    claimed = bool(rows.filter(id=row_id).filter(free).update(**{field: now}, **update))
+    if claimed:
+        leases.record(kind, row_id, now, github.lease_seconds())
+    return claimed
