@@ -8,13 +8,20 @@ latest attempt by hud.stats' ordering.
 from __future__ import annotations
 
 import datetime as dt
+import operator
 from collections.abc import Iterable
 
+from hud import stats
 from hud.core import clock
 from hud.levels import effective_levels
 from hud.models import Delivery, Downstream, Job, Level
 
 LABEL_PREFIX = "ciflow/crcr/"
+# hud.stats' logical job and attempt order, read off Job rows (its `downstream` is the id).
+_LOGICAL_JOB = operator.attrgetter(
+    *("downstream_id" if name == "downstream" else name for name in stats.LOGICAL_JOB_KEY)
+)
+_ATTEMPT = operator.attrgetter(*stats.ATTEMPT_ORDER)
 
 
 def _pr_labels(pr_number: int) -> list[str]:
@@ -59,15 +66,11 @@ def mirror_decision(job: Job, now: dt.datetime | None = None) -> tuple[bool, str
 
 
 def _latest_attempts(jobs: Iterable[Job]) -> list[Job]:
-    """The latest attempt of each logical job (hud.stats ordering: run_id, run_attempt, id)."""
+    """The latest attempt of each logical job, by hud.stats' key and ordering (one definition)."""
     latest: dict[tuple, Job] = {}
     for job in jobs:
-        key = (job.downstream_id, job.event_type, job.head_sha, job.workflow_name, job.job_name)
+        key = _LOGICAL_JOB(job)
         current = latest.get(key)
-        if current is None or (job.run_id, job.run_attempt, job.id) > (
-            current.run_id,
-            current.run_attempt,
-            current.id,
-        ):
+        if current is None or _ATTEMPT(job) > _ATTEMPT(current):
             latest[key] = job
     return sorted(latest.values(), key=lambda j: (j.downstream_id, j.workflow_name, j.job_name))
