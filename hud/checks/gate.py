@@ -6,6 +6,7 @@ same function `GET /api/v1/gate/<sha>` answers with (through `hud.checks.state.g
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections import defaultdict
 from typing import Any
@@ -108,6 +109,174 @@ def _item(
     }
 
 
+@dataclasses.dataclass
+class _Verdict:
+    """What the gate found so far, item by item, as `gate_decision` walks the L4 backends."""
+
+    settle: dt.timedelta
+    blocking: list[dict] = dataclasses.field(default_factory=list)
+    pending: list[dict] = dataclasses.field(default_factory=list)
+    non_blocking: list[dict] = dataclasses.field(default_factory=list)
+    passed: list[dict] = dataclasses.field(default_factory=list)
+    silent: list[str] = dataclasses.field(default_factory=list)
+    recheck: list[dt.datetime] = dataclasses.field(default_factory=list)
+
+    def wait(self, item: dict[str, Any], deadline: dt.datetime) -> None:
+        """Pending until `deadline`, when the gate is evaluated again."""
+        self.pending.append(item)
+        self.recheck.append(deadline)
+
+    def no_response(self, downstream: Downstream) -> None:
+        """The whole backend stayed silent past the settle time: it does not block."""
+        self.silent.append(downstream.full_name)
+        self.non_blocking.append(
+            _item(
+                downstream,
+                "no_response",
+                f"no response within {_hours(self.settle.total_seconds())}",
+            )
+        )
+
+
+def _dispatches(head_sha: str) -> list[Dispatch]:
+    return list(
+        Dispatch.objects.filter(delivery__head_sha=head_sha)
+        .select_related("delivery", "downstream")
+        .order_by("created_at", "id")
+    )
+
+
+def _l4_backends(dispatches: list[Dispatch], now: dt.datetime) -> list[Downstream]:
+    """The backends dispatched for the SHA that are L4 now, by name."""
+    backends = {d.downstream_id: d.downstream for d in dispatches}
+    levels = effective_levels(backends.values(), now) if backends else {}
+    return sorted(
+        (backends[i] for i, level in levels.items() if level >= Level.L4),
+        key=lambda d: d.full_name.lower(),
+    )
+
+
+def _judge_unsent(
+    verdict: _Verdict, downstream: Downstream, rows: list[Dispatch], now: dt.datetime
+) -> None:
+    """A backend whose dispatch was never sent and which never called back."""
+    waiting = [row.created_at for row in rows if row.outcome == Dispatch.Outcome.PENDING]
+    if waiting:
+        deadline = min(waiting) + verdict.settle
+        if now < deadline:
+            item = _item(downstream, "not_started", "dispatch not sent yet", settles_at=deadline)
+            verdict.wait(item, deadline)
+        else:
+            verdict.non_blocking.append(
+                _item(downstream, "undelivered", "the dispatch was not delivered")
+            )
+    else:
+        outcomes = sorted({row.outcome for row in rows})
+        verdict.non_blocking.append(
+            _item(downstream, "undelivered", f"dispatch {', '.join(outcomes)}")
+        )
+
+
+def _judge_job(
+    verdict: _Verdict,
+    downstream: Downstream,
+    name: tuple[str, str],
+    job: Job | None,
+    now: dt.datetime,
+    deadline: dt.datetime,
+) -> bool:
+    """File one expected job under the verdict; False when it never started by the deadline."""
+    if job is None:
+        if now >= deadline:
+            return False
+        reason = "expected from recent history, not started"
+        verdict.wait(
+            _item(downstream, "not_started", reason, names=name, settles_at=deadline), deadline
+        )
+    elif job.status != Job.Status.COMPLETED:
+        verdict.pending.append(_item(downstream, "running", "running", job=job))
+    elif job.conclusion == Job.Conclusion.FAILURE:
+        verdict.blocking.append(
+            _item(downstream, "failure", "failed on its latest attempt", job=job)
+        )
+    elif job.conclusion in NON_BLOCKING_CONCLUSIONS:
+        reason = (
+            "closed by the sweeper as timed out"
+            if job.closed_by_sweeper
+            else f"{job.conclusion} (does not block)"
+        )
+        verdict.non_blocking.append(_item(downstream, job.conclusion, reason, job=job))
+    else:
+        verdict.passed.append(_item(downstream, job.conclusion or "success", "passed", job=job))
+    return True
+
+
+def _judge_backend(
+    verdict: _Verdict,
+    downstream: Downstream,
+    rows: list[Dispatch],
+    head_sha: str,
+    now: dt.datetime,
+) -> None:
+    """File one L4 backend's expected jobs (or the backend as a whole) under the verdict."""
+    guids = {row.delivery.delivery_id for row in rows}
+    event_types = {row.delivery.event_type for row in rows}
+    sent = [row.dispatched_at for row in rows if row.outcome == Dispatch.Outcome.SENT]
+    jobs = list(
+        Job.objects.filter(
+            downstream=downstream, head_sha=head_sha, delivery_id__in=guids, verified=True
+        )
+    )
+    latest = {(j.workflow_name, j.job_name): j for j in _latest_attempts(jobs)}
+    if not sent and not jobs:
+        _judge_unsent(verdict, downstream, rows, now)
+        return
+    start = min(t for t in sent if t is not None) if any(sent) else min(r.created_at for r in rows)
+    deadline = start + verdict.settle
+    names = set(latest) | _expected_names(downstream.id, event_types, head_sha, now)
+    if not names:
+        # No history and no callback yet: the backend as a whole is awaited, then silent.
+        if now < deadline:
+            item = _item(downstream, "not_started", "no callback yet", settles_at=deadline)
+            verdict.wait(item, deadline)
+        else:
+            verdict.no_response(downstream)
+        return
+    missing_after_deadline = [
+        name
+        for name in sorted(names)
+        if not _judge_job(verdict, downstream, name, latest.get(name), now, deadline)
+    ]
+    if missing_after_deadline and not jobs:
+        verdict.no_response(downstream)
+        return
+    for name in missing_after_deadline:
+        verdict.non_blocking.append(
+            _item(
+                downstream,
+                "no_response",
+                f"expected from recent history; not started within "
+                f"{_hours(verdict.settle.total_seconds())}",
+                names=name,
+            )
+        )
+
+
+def _headline(verdict: _Verdict, l4: list[Downstream]) -> tuple[str, str, str | None, str]:
+    """(state, check-run status, conclusion, title) of a verdict."""
+    if verdict.blocking:
+        return "failure", "completed", "failure", f"{len(verdict.blocking)} L4 job(s) failed"
+    if verdict.pending:
+        return "pending", "in_progress", None, f"Waiting for {len(verdict.pending)} L4 job(s)"
+    if not l4:
+        title = "No L4 backend for this commit"
+    elif verdict.non_blocking:
+        title = f"No L4 failure ({len(verdict.non_blocking)} not blocking)"
+    else:
+        title = f"All {len(verdict.passed)} L4 job(s) passed"
+    return "success", "completed", "success", title
+
+
 def gate_decision(head_sha: str, now: dt.datetime | None = None) -> dict[str, Any]:
     """The L4 merge gate of one head SHA (CRCR.md, "L4 blocking"), as a plain dict.
 
@@ -117,146 +286,15 @@ def gate_decision(head_sha: str, now: dt.datetime | None = None) -> dict[str, An
     """
     now = now or clock.now()
     settle = _settle()
-    dispatches = list(
-        Dispatch.objects.filter(delivery__head_sha=head_sha)
-        .select_related("delivery", "downstream")
-        .order_by("created_at", "id")
-    )
+    dispatches = _dispatches(head_sha)
     per_backend: dict[int, list[Dispatch]] = defaultdict(list)
     for dispatch in dispatches:
         per_backend[dispatch.downstream_id].append(dispatch)
-    backends = {d.downstream_id: d.downstream for d in dispatches}
-    levels = effective_levels(backends.values(), now) if backends else {}
-    l4 = sorted(
-        (backends[i] for i, level in levels.items() if level >= Level.L4),
-        key=lambda d: d.full_name.lower(),
-    )
-    blocking: list[dict] = []
-    pending: list[dict] = []
-    non_blocking: list[dict] = []
-    passed: list[dict] = []
-    silent: list[str] = []
-    recheck: list[dt.datetime] = []
+    l4 = _l4_backends(dispatches, now)
+    verdict = _Verdict(settle)
     for downstream in l4:
-        rows = per_backend[downstream.id]
-        guids = {row.delivery.delivery_id for row in rows}
-        event_types = {row.delivery.event_type for row in rows}
-        sent = [row.dispatched_at for row in rows if row.outcome == Dispatch.Outcome.SENT]
-        waiting = [row.created_at for row in rows if row.outcome == Dispatch.Outcome.PENDING]
-        jobs = list(
-            Job.objects.filter(
-                downstream=downstream, head_sha=head_sha, delivery_id__in=guids, verified=True
-            )
-        )
-        latest = {(j.workflow_name, j.job_name): j for j in _latest_attempts(jobs)}
-        if not sent and not jobs:
-            if waiting:
-                deadline = min(waiting) + settle
-                if now < deadline:
-                    pending.append(
-                        _item(
-                            downstream, "not_started", "dispatch not sent yet", settles_at=deadline
-                        )
-                    )
-                    recheck.append(deadline)
-                else:
-                    non_blocking.append(
-                        _item(downstream, "undelivered", "the dispatch was not delivered")
-                    )
-            else:
-                outcomes = sorted({row.outcome for row in rows})
-                non_blocking.append(
-                    _item(downstream, "undelivered", f"dispatch {', '.join(outcomes)}")
-                )
-            continue
-        start = (
-            min(t for t in sent if t is not None) if any(sent) else min(r.created_at for r in rows)
-        )
-        deadline = start + settle
-        names = set(latest) | _expected_names(downstream.id, event_types, head_sha, now)
-        if not names:
-            # No history and no callback yet: the backend as a whole is awaited, then silent.
-            if now < deadline:
-                pending.append(
-                    _item(downstream, "not_started", "no callback yet", settles_at=deadline)
-                )
-                recheck.append(deadline)
-            else:
-                silent.append(downstream.full_name)
-                non_blocking.append(
-                    _item(
-                        downstream,
-                        "no_response",
-                        f"no response within {_hours(settle.total_seconds())}",
-                    )
-                )
-            continue
-        missing_after_deadline = []
-        for name in sorted(names):
-            job = latest.get(name)
-            if job is None:
-                if now < deadline:
-                    pending.append(
-                        _item(
-                            downstream,
-                            "not_started",
-                            "expected from recent history, not started",
-                            names=name,
-                            settles_at=deadline,
-                        )
-                    )
-                    recheck.append(deadline)
-                else:
-                    missing_after_deadline.append(name)
-            elif job.status != Job.Status.COMPLETED:
-                pending.append(_item(downstream, "running", "running", job=job))
-            elif job.conclusion == Job.Conclusion.FAILURE:
-                blocking.append(
-                    _item(downstream, "failure", "failed on its latest attempt", job=job)
-                )
-            elif job.conclusion in NON_BLOCKING_CONCLUSIONS:
-                reason = (
-                    "closed by the sweeper as timed out"
-                    if job.closed_by_sweeper
-                    else f"{job.conclusion} (does not block)"
-                )
-                non_blocking.append(_item(downstream, job.conclusion, reason, job=job))
-            else:
-                passed.append(_item(downstream, job.conclusion or "success", "passed", job=job))
-        if missing_after_deadline and not jobs:
-            silent.append(downstream.full_name)
-            non_blocking.append(
-                _item(
-                    downstream,
-                    "no_response",
-                    f"no response within {_hours(settle.total_seconds())}",
-                )
-            )
-        else:
-            for name in missing_after_deadline:
-                non_blocking.append(
-                    _item(
-                        downstream,
-                        "no_response",
-                        f"expected from recent history; not started within "
-                        f"{_hours(settle.total_seconds())}",
-                        names=name,
-                    )
-                )
-    if blocking:
-        state, status, conclusion = "failure", "completed", "failure"
-        title = f"{len(blocking)} L4 job(s) failed"
-    elif pending:
-        state, status, conclusion = "pending", "in_progress", None
-        title = f"Waiting for {len(pending)} L4 job(s)"
-    else:
-        state, status, conclusion = "success", "completed", "success"
-        if not l4:
-            title = "No L4 backend for this commit"
-        elif non_blocking:
-            title = f"No L4 failure ({len(non_blocking)} not blocking)"
-        else:
-            title = f"All {len(passed)} L4 job(s) passed"
+        _judge_backend(verdict, downstream, per_backend[downstream.id], head_sha, now)
+    state, status, conclusion, title = _headline(verdict, l4)
     return {
         "head_sha": head_sha,
         "check_name": GATE_NAME,
@@ -268,13 +306,13 @@ def gate_decision(head_sha: str, now: dt.datetime | None = None) -> dict[str, An
         "settle_seconds": int(settle.total_seconds()),
         "dispatched": bool(dispatches),
         "l4_backends": [d.full_name for d in l4],
-        "blocking": blocking,
-        "pending": pending,
-        "non_blocking": non_blocking,
-        "passed": passed,
-        "silent_backends": silent,
+        "blocking": verdict.blocking,
+        "pending": verdict.pending,
+        "non_blocking": verdict.non_blocking,
+        "passed": verdict.passed,
+        "silent_backends": verdict.silent,
         "pr_numbers": sorted({d.delivery.pr_number for d in dispatches if d.delivery.pr_number}),
-        "recheck_at": _iso(min(recheck)) if recheck else None,
+        "recheck_at": _iso(min(verdict.recheck)) if verdict.recheck else None,
         "evaluated_at": _iso(now),
     }
 
