@@ -112,16 +112,8 @@ def _not_mirrored_reason(job: Job, level: int, labels: set[str]) -> str:
     return NOT_MIRRORED_YET
 
 
-def pr_mirror_state(
-    pr_number: int, now: dt.datetime | None = None, *, latest_gate_only: bool = False
-) -> dict[str, Any]:
-    """What this PR shows on GitHub: the gate of each head SHA and each job's check run.
-
-    Plain dicts, newest head SHA first; `gate` is the latest head SHA's gate (or None when
-    nothing was dispatched for the PR). `latest_gate_only` evaluates just that gate (the PR
-    page), so the page's queries do not grow with the PR's pushes.
-    """
-    now = now or clock.now()
+def _head_shas(pr_number: int) -> list[str]:
+    """The PR's head SHAs, newest first, from its stored pull_request deliveries."""
     deliveries = list(
         Delivery.objects.filter(pr_number=pr_number, event_type="pull_request")
         .exclude(head_sha="")
@@ -132,15 +124,53 @@ def pr_mirror_state(
     for sha in deliveries:
         if sha not in head_shas:
             head_shas.append(sha)
+    return head_shas
+
+
+def _gates(head_shas: list[str], now: dt.datetime, latest_only: bool) -> list[dict[str, Any]]:
+    """`gate_state` of each head SHA something was dispatched for (or just the newest)."""
     dispatched = set(
         Dispatch.objects.filter(delivery__head_sha__in=head_shas).values_list(
             "delivery__head_sha", flat=True
         )
     )
     gate_shas = [sha for sha in head_shas if sha in dispatched]
-    if latest_gate_only:
+    if latest_only:
         gate_shas = gate_shas[:1]
-    gates = [gate_state(sha, now) for sha in gate_shas]
+    return [gate_state(sha, now) for sha in gate_shas]
+
+
+def _check_run(
+    job: Job, level: int, labels: set[str], mirroring: bool, now: dt.datetime
+) -> dict[str, Any]:
+    """One job's check run as the PR page shows it: the job, and how far its run got."""
+    row = getattr(job, "mirror", None)
+    reason = _not_mirrored_reason(job, level, labels)
+    # Current when the row was computed from the job's latest state, or nothing is wanted.
+    unwanted = not mirroring or reason != NOT_MIRRORED_YET
+    seen = row is not None and row.source_updated_at is not None
+    current = (seen and row.source_updated_at >= job.updated_at) or (
+        unwanted and (row is None or row.check_run_id is None)
+    )
+    changes = (job.in_progress_received_at, job.completed_received_at, job.updated_at)
+    info = _sync_info(row, current, changes, now)
+    if info["sync"] == "not_mirrored" and not info.get("reason"):
+        info["reason"] = reason
+    return {
+        "job_id": job.id,
+        "name": check_run_name(job),
+        "downstream": job.downstream.full_name,
+        "level": level,
+        "head_sha": job.head_sha,
+        "status": job.status,
+        "conclusion": job.conclusion or None,
+        "run_attempt": job.run_attempt,
+        **info,
+    }
+
+
+def _check_runs(pr_number: int, now: dt.datetime) -> list[dict[str, Any]]:
+    """Every job of the PR, newest first, with its check run."""
     jobs = (
         Job.objects.filter(pr_number=pr_number, event_type="pull_request")
         .select_related("downstream", "mirror")
@@ -150,34 +180,11 @@ def pr_mirror_state(
     levels = effective_levels({j.downstream_id: j.downstream for j in job_list}.values(), now)
     labels = {label.lower() for label in _pr_labels(pr_number)}
     mirroring = mirror_enabled()
-    check_runs = []
-    for job in job_list:
-        row = getattr(job, "mirror", None)
-        reason = _not_mirrored_reason(job, levels[job.downstream_id], labels)
-        # Current when the row was computed from the job's latest state, or nothing is wanted.
-        unwanted = not mirroring or reason != NOT_MIRRORED_YET
-        seen = row is not None and row.source_updated_at is not None
-        current = (seen and row.source_updated_at >= job.updated_at) or (
-            unwanted and (row is None or row.check_run_id is None)
-        )
-        changes = (job.in_progress_received_at, job.completed_received_at, job.updated_at)
-        info = _sync_info(row, current, changes, now)
-        if info["sync"] == "not_mirrored" and not info.get("reason"):
-            info["reason"] = reason
-        check_runs.append(
-            {
-                "job_id": job.id,
-                "name": check_run_name(job),
-                "downstream": job.downstream.full_name,
-                "level": levels[job.downstream_id],
-                "head_sha": job.head_sha,
-                "status": job.status,
-                "conclusion": job.conclusion or None,
-                "run_attempt": job.run_attempt,
-                **info,
-            }
-        )
-    comments = [
+    return [_check_run(job, levels[job.downstream_id], labels, mirroring, now) for job in job_list]
+
+
+def _oncall_comments(pr_number: int) -> list[dict[str, Any]]:
+    return [
         {
             "downstream": row.downstream.full_name,
             "comment_id": row.comment_id,
@@ -188,7 +195,10 @@ def pr_mirror_state(
         }
         for row in OncallComment.objects.filter(pr_number=pr_number).select_related("downstream")
     ]
-    reruns = [
+
+
+def _reruns(head_shas: list[str]) -> list[dict[str, Any]]:
+    return [
         {
             "downstream": row.downstream.full_name,
             "run_id": row.run_id,
@@ -201,12 +211,26 @@ def pr_mirror_state(
         .select_related("downstream")
         .order_by("-created_at")
     ]
+
+
+def pr_mirror_state(
+    pr_number: int, now: dt.datetime | None = None, *, latest_gate_only: bool = False
+) -> dict[str, Any]:
+    """What this PR shows on GitHub: the gate of each head SHA and each job's check run.
+
+    Plain dicts, newest head SHA first; `gate` is the latest head SHA's gate (or None when
+    nothing was dispatched for the PR). `latest_gate_only` evaluates just that gate (the PR
+    page), so the page's queries do not grow with the PR's pushes.
+    """
+    now = now or clock.now()
+    head_shas = _head_shas(pr_number)
+    gates = _gates(head_shas, now, latest_gate_only)
     return {
         "pr_number": pr_number,
         "head_sha": head_shas[0] if head_shas else None,
         "gate": gates[0] if gates else None,
         "gates": gates,
-        "check_runs": check_runs,
-        "oncall_comments": comments,
-        "reruns": reruns,
+        "check_runs": _check_runs(pr_number, now),
+        "oncall_comments": _oncall_comments(pr_number),
+        "reruns": _reruns(head_shas),
     }
