@@ -15,7 +15,7 @@ from django.conf import settings
 
 from hud.checks.gate import GATE_NAME
 from hud.checks.scope import _latest_attempts, device_label, mirror_decision
-from hud.checks.sync import SyncOutcome, SyncResult, _hash, _run_claimed, _send_check_run, _write
+from hud.checks.sync import SyncOutcome, SyncResult, _run_claimed, _sync_check_run, _write
 from hud.checks.text import MESSAGE_CHARS, _iso, _safe_run_url, neutralise
 from hud.core import clock, taskqueue
 from hud.github import mirror_enabled
@@ -157,22 +157,17 @@ def _job_step(mirror_id: int, now: dt.datetime) -> SyncOutcome:
         )
         return SyncOutcome(SyncResult.NOT_WANTED, detail=reason)
     fields = check_run_fields(job, level)
-    desired = _hash(fields)
-    changes: dict[str, Any] = {
-        "wanted": True,
-        "skip_reason": "",
-        "name": fields["name"][:600],
-        "head_sha": job.head_sha,
-        "desired_hash": desired,
-        "source_updated_at": job.updated_at,
-    }
-    if desired != mirror.desired_hash:
-        changes["attempts"] = 0  # a new state deserves fresh attempts
-        mirror.attempts = 0
-    _write(CheckRunMirror, mirror.id, now, **changes)
-    if mirror.check_run_id is not None and mirror.sent_hash == desired:
-        return SyncOutcome(SyncResult.UNCHANGED)
-    return _send_check_run(CheckRunMirror, mirror, fields, desired, now)
+    return _sync_check_run(
+        CheckRunMirror,
+        mirror,
+        fields,
+        now,
+        wanted=True,
+        skip_reason="",
+        name=fields["name"][:600],
+        head_sha=job.head_sha,
+        source_updated_at=job.updated_at,
+    )
 
 
 def sync_job(job_id: int) -> SyncOutcome:

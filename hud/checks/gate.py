@@ -15,7 +15,7 @@ from django.conf import settings
 
 from hud import notifications
 from hud.checks.scope import _latest_attempts
-from hud.checks.sync import SyncOutcome, SyncResult, _hash, _run_claimed, _send_check_run, _write
+from hud.checks.sync import SyncOutcome, SyncResult, _run_claimed, _sync_check_run
 from hud.checks.text import _iso, _safe_run_url, neutralise
 from hud.core import clock
 from hud.github import mirror_enabled
@@ -378,23 +378,16 @@ def _gate_step(gate_id: int, now: dt.datetime) -> SyncOutcome:
     decision = gate_decision(gate.head_sha, now)
     notifications.notify_gate_decision(decision)  # repeated L4 failures: once per streak
     fields = gate_fields(decision)
-    desired = _hash(fields)
     recheck = decision["recheck_at"]
-    changes: dict[str, Any] = {
-        "state": decision["state"],
-        "evaluated_at": now,
-        "recheck_at": dt.datetime.fromisoformat(recheck.replace("Z", "+00:00"))
-        if recheck
-        else None,
-        "desired_hash": desired,
-    }
-    if desired != gate.desired_hash:
-        changes["attempts"] = 0
-        gate.attempts = 0
-    _write(GateCheck, gate.id, now, **changes)
-    if gate.check_run_id is not None and gate.sent_hash == desired:
-        return SyncOutcome(SyncResult.UNCHANGED)
-    return _send_check_run(GateCheck, gate, fields, desired, now)
+    return _sync_check_run(
+        GateCheck,
+        gate,
+        fields,
+        now,
+        state=decision["state"],
+        evaluated_at=now,
+        recheck_at=dt.datetime.fromisoformat(recheck.replace("Z", "+00:00")) if recheck else None,
+    )
 
 
 def sync_gate(head_sha: str) -> SyncOutcome:

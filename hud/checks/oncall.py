@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import re
-from typing import Any
 
 from django.conf import settings
 from django.db.models import F
@@ -25,6 +24,7 @@ from hud.checks.sync import (
     _hash,
     _run_claimed,
     _single_attempt,
+    _want,
     _write,
     upstream_repo,
 )
@@ -160,11 +160,7 @@ def _comment_step(row_id: int, now: dt.datetime) -> SyncOutcome:
         # Nothing to ping about, and no earlier ping to correct.
         return SyncOutcome(SyncResult.NOT_WANTED, detail="no failure to ping about")
     desired = _hash(body)
-    changes: dict[str, Any] = {"desired_hash": desired}
-    if desired != row.desired_hash:
-        changes["attempts"] = 0
-        row.attempts = 0
-    _write(OncallComment, row.id, now, **changes)
+    _want(OncallComment, row, desired, now)
     if row.comment_id is not None and row.last_body_hash == desired:
         return SyncOutcome(SyncResult.UNCHANGED)
     repo = upstream_repo()

@@ -279,3 +279,22 @@ def _send_check_run(
         return _failed_attempt(model, row, now, error, error.retryable, error.retry_after)
     except (github.GitHubConfigError, ValueError, KeyError, TypeError) as error:
         return _failed_attempt(model, row, now, error, False, None)
+
+
+def _want(model: type, row: Any, desired: str, now: dt.datetime, **changes: Any) -> None:
+    """Record what GitHub should show for the row (its hash `desired`) and `changes`."""
+    if desired != row.desired_hash:
+        changes["attempts"] = 0  # a new state deserves fresh attempts
+        row.attempts = 0
+    _write(model, row.id, now, desired_hash=desired, **changes)
+
+
+def _sync_check_run(
+    model: type, row: Any, fields: dict[str, Any], now: dt.datetime, **changes: Any
+) -> SyncOutcome:
+    """Record what the row's check run should show; send it unless GitHub already shows it."""
+    desired = _hash(fields)
+    _want(model, row, desired, now, **changes)
+    if row.check_run_id is not None and row.sent_hash == desired:
+        return SyncOutcome(SyncResult.UNCHANGED)
+    return _send_check_run(model, row, fields, desired, now)
