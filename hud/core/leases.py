@@ -1,11 +1,12 @@
 """Who holds a lease on a row being sent to GitHub, so a redelivered task can take it back.
 
-A sync claims its row with a timestamp (a lease, hud.relay and hud.checks.mirror) so that one worker
-at a time talks to GitHub for it. When a worker dies mid-task, Celery delivers the same
-message again (`acks_late` + `task_reject_on_worker_lost`, or the broker's visibility timeout
-after a lost worker), with the same task id; the dead run's lease would otherwise keep the
-redelivered run out until it expires (minutes). The task id and the claim stamp are recorded
-in the cache at each claim, and a run of the same task id may take over that exact stamp.
+A sync claims its row with a timestamp (a lease: `hud.models.claims`, for hud.relay and
+hud.checks) so that one worker at a time talks to GitHub for it. When a worker dies mid-task,
+Celery delivers the same message again (`acks_late` + `task_reject_on_worker_lost`, or the
+broker's visibility timeout after a lost worker), with the same task id; the dead run's lease
+would otherwise keep the redelivered run out until it expires (minutes). The task id and the
+claim stamp are recorded in the cache at each claim, and a run of the same task id may take
+over that exact stamp.
 
 That is safe because a message comes back only once its earlier run is over: the worker
 process died, or the visibility timeout passed, which is longer than the hard time limit

@@ -36,7 +36,7 @@ from hud import github
 from hud.checks import mirror
 from hud.core import clock, leases, taskqueue
 from hud.levels import effective_levels
-from hud.models import Delivery, Dispatch, Downstream, Level
+from hud.models import Delivery, Dispatch, Downstream, Level, claims
 from hud.reads import selectors
 
 # Re-exported, so `hud.relay.X` keeps naming them: the dispatch body and the expected results.
@@ -330,21 +330,8 @@ def _create_dispatches(delivery: Delivery, now: dt.datetime) -> list[Dispatch]:
 
 def _claim(dispatch_id: int, now: dt.datetime) -> bool:
     """Take the row for one send attempt; False if sent, given up, or another holds it."""
-    lease = github.lease_seconds()
-    free = Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=now - dt.timedelta(seconds=lease))
-    orphaned = leases.takeover_stamp("Dispatch", dispatch_id)
-    if (
-        orphaned is not None
-    ):  # the run holding the row died (this task's, or any whose process is gone)
-        free |= Q(dispatched_at=orphaned)
-    claimed = bool(
-        Dispatch.objects.filter(id=dispatch_id, outcome=Dispatch.Outcome.PENDING)
-        .filter(free)
-        .update(dispatched_at=now, attempts=F("attempts") + 1)
-    )
-    if claimed:
-        leases.record("Dispatch", dispatch_id, now, lease)
-    return claimed
+    pending = Dispatch.objects.filter(outcome=Dispatch.Outcome.PENDING)
+    return claims.claim(pending, "dispatched_at", dispatch_id, now, attempts=F("attempts") + 1)
 
 
 def _finish(dispatch_id: int, claimed_at: dt.datetime, **fields: Any) -> None:
@@ -432,16 +419,12 @@ def reconcile(limit: int = 500) -> int:
 
     now = clock.now()
     settled = now - dt.timedelta(seconds=settings.CRCR_DISPATCH_RECONCILE_AFTER_SECONDS)
-    expired = now - dt.timedelta(seconds=github.lease_seconds())
     pending = Dispatch.objects.filter(outcome=Dispatch.Outcome.PENDING)
-    claims = pending.filter(dispatched_at__gte=expired).values_list("id", "dispatched_at")
     # A send whose process is gone is not waited for: nobody else will finish it.
-    gone = leases.abandoned("Dispatch", dict(claims[:limit]))
+    gone = claims.abandoned(pending, "dispatched_at", now, limit)
     ids = list(
         pending.filter(
-            Q(created_at__lt=settled, dispatched_at__isnull=True)
-            | Q(created_at__lt=settled, dispatched_at__lt=expired)
-            | Q(id__in=gone)
+            (Q(created_at__lt=settled) & claims.unleased("dispatched_at", now)) | Q(id__in=gone)
         )
         .order_by("created_at", "id")
         .values_list("id", flat=True)[:limit]

@@ -5,7 +5,7 @@ import time
 import pytest
 
 from hud import github, relay
-from hud.checks import mirror
+from hud.checks import mirror, sync
 from hud.core import taskqueue
 from hud.models import CheckRunMirror, Job
 from tests.checks.conftest import L4
@@ -90,7 +90,7 @@ def test_a_worker_killed_mid_sync_is_finished_by_the_reconciler_after_the_lease(
         raise WorkerKilled
 
     with monkeypatch.context() as patch:
-        patch.setattr(mirror, "_send_check_run", killed)
+        patch.setattr(sync, "_send_check_run", killed)
         with pytest.raises(WorkerKilled):
             mirror.sync_job(job_id)  # claimed the row, then died
     row = CheckRunMirror.objects.get(job_id=job_id)

@@ -4,7 +4,7 @@ import pytest
 from django.core.cache import cache
 
 from hud import relay
-from hud.checks import mirror
+from hud.checks import sync
 from hud.core import leases
 from hud.models import Dispatch, GateCheck
 from tests.support import builders
@@ -48,15 +48,15 @@ def test_a_redelivered_dispatch_task_takes_back_the_lease_its_dead_run_left(
 def test_a_redelivered_mirror_task_takes_back_the_lease_its_dead_run_left(frozen_clock, running_as):
     gate = GateCheck.objects.create(head_sha="a" * 40, created_at=frozen_clock())
     running_as("task-1")
-    assert mirror._claim(GateCheck, gate.id, frozen_clock())
+    assert sync._claim(GateCheck, gate.id, frozen_clock())
     frozen_clock.advance(seconds=5)
 
     running_as("task-2")
-    assert not mirror._claim(GateCheck, gate.id, frozen_clock())
+    assert not sync._claim(GateCheck, gate.id, frozen_clock())
     running_as(None)  # the reconciler's in-process run, or a test: no task id, no take-over
-    assert not mirror._claim(GateCheck, gate.id, frozen_clock())
+    assert not sync._claim(GateCheck, gate.id, frozen_clock())
     running_as("task-1")
-    assert mirror._claim(GateCheck, gate.id, frozen_clock())
+    assert sync._claim(GateCheck, gate.id, frozen_clock())
     assert GateCheck.objects.get(id=gate.id).claimed_at == frozen_clock()
 
 
@@ -85,13 +85,13 @@ def test_a_claim_whose_process_is_gone_is_reconciled_and_taken_over(
 def test_a_mirror_claim_whose_process_is_gone_is_taken_over(frozen_clock, running_as):
     gate = GateCheck.objects.create(head_sha="a" * 40, created_at=frozen_clock())
     running_as("task-1")
-    assert mirror._claim(GateCheck, gate.id, frozen_clock())
+    assert sync._claim(GateCheck, gate.id, frozen_clock())
     frozen_clock.advance(seconds=5)
     running_as("task-2")
-    assert not mirror._claim(GateCheck, gate.id, frozen_clock())
+    assert not sync._claim(GateCheck, gate.id, frozen_clock())
 
     _whole_worker_lost()
-    assert mirror._claim(GateCheck, gate.id, frozen_clock())
+    assert sync._claim(GateCheck, gate.id, frozen_clock())
     leases.beat()  # the new holder's process is alive: its claim is not abandoned
     assert leases.abandoned("GateCheck", {gate.id: frozen_clock()}) == set()
 
