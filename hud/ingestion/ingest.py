@@ -1,8 +1,10 @@
-"""Callback → Job: admission (allowlist, level, rate limit), the state machine, idempotency.
+"""Callback → Job: the entry points and the state machine, idempotency.
 
 One service for the three ways results arrive: a downstream's OIDC callback, the relay's
 forward (`POST /api/crcr/results`) and `import_results`. The answer order and the state
-outcomes are those of CRCR.md ("Callback answers", "State outcomes").
+outcomes are those of CRCR.md ("Callback answers", "State outcomes"). Admission (allowlist,
+level, rate limit, token replay) is `hud.ingestion.admission`, the sweeper
+`hud.ingestion.sweeper`; their public names are re-exported here, where callers import them.
 """
 
 import datetime as dt
@@ -10,22 +12,17 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 
 from hud import github, levels
 from hud.core import allowlist, clock, inputs, taskqueue
 from hud.core.payload import CallbackData, PayloadError, decode_json, parse_callback
 from hud.ingestion import derived
-from hud.models import (
-    Downstream,
-    Job,
-    Level,
-    RateBucket,
-    RerunRequest,
-    UsedToken,
-    sql,
-)
+from hud.ingestion.admission import CallbackToken, Rejected, admit, spend_token
+from hud.ingestion.admission import prune_used_tokens as prune_used_tokens
+from hud.ingestion.admission import take_rate_token as take_rate_token
+from hud.ingestion.sweeper import sweep_zombies as sweep_zombies
+from hud.models import Downstream, Job, Level, RerunRequest, sql
 
 logger = logging.getLogger(__name__)
 
@@ -38,111 +35,12 @@ class Outcome:
     job_id: int | None = None
 
 
-class Rejected(Exception):
-    """A callback refused with an HTTP status, an error code and a sentence naming why."""
-
-    def __init__(
-        self,
-        http_status: int,
-        code: str,
-        detail: str,
-        field: str | None = None,
-        retry_after: int | None = None,
-    ):
-        super().__init__(detail)
-        self.http_status = http_status
-        self.code = code
-        self.detail = detail
-        self.field = field
-        self.retry_after = retry_after
-
-    @classmethod
-    def from_payload_error(cls, error: PayloadError) -> "Rejected":
-        """Turn a body validation error into a 400."""
-        return cls(400, error.code, error.detail, error.field)
-
-
-@dataclass(frozen=True)
-class CallbackToken:
-    """The id and expiry of the token that authorised a callback (its `jti` and `exp`)."""
-
-    jti: str
-    expires_at: dt.datetime
-
-
 @dataclass(frozen=True)
 class TrustedTiming:
     """Times a trusted source (relay forward, history import) vouches for."""
 
     queue_seconds: float | None
     execution_seconds: float | None
-
-
-# --- Admission ----------------------------------------------------------------------------
-
-
-def admit(repo: str) -> Downstream | None:
-    """Steps 3–5 of the answer order: allowlist (403), level L1 (None = ignored), rate limit."""
-    downstream = levels.find_downstream(repo)
-    if downstream is None or downstream.delisted:
-        raise Rejected(
-            403, "not_allowlisted", f"{repo} is not in the CRCR allowlist of this server"
-        )
-    if downstream.level < Level.L2:
-        return None
-    retry_after = take_rate_token(downstream)
-    if retry_after is not None:
-        raise Rejected(
-            429,
-            "rate_limited",
-            f"more than {settings.CRCR_RATE_LIMIT_PER_MIN} callbacks a minute from "
-            f"{downstream.full_name}; retry after {retry_after} s",
-            retry_after=retry_after,
-        )
-    return downstream
-
-
-def take_rate_token(downstream: Downstream, *, _retried: bool = False) -> int | None:
-    """Take one token from the downstream's bucket; None if allowed, else seconds to wait.
-
-    A token bucket (sustained CRCR_RATE_LIMIT_PER_MIN, burst twice that) updated by one
-    conditional UPDATE, so concurrent requests and processes never over-spend it. A database
-    error propagates: the caller answers 503 rather than letting the request through.
-    """
-    per_minute = settings.CRCR_RATE_LIMIT_PER_MIN
-    capacity = 2.0 * per_minute
-    per_second = per_minute / 60.0
-    now = clock.now().timestamp()
-    if _spend_rate_token(downstream, now, capacity, per_second):
-        return None
-    bucket = RateBucket.objects.filter(downstream=downstream).first()
-    if bucket is None:
-        try:
-            with transaction.atomic():
-                RateBucket.objects.create(
-                    downstream=downstream, tokens=capacity - 1.0, updated_epoch=now
-                )
-            return None
-        except IntegrityError:
-            return take_rate_token(downstream)
-    available = min(capacity, bucket.tokens + max(now - bucket.updated_epoch, 0.0) * per_second)
-    if available >= 1.0 and not _retried:
-        # A concurrent first callback created the bucket after our UPDATE looked for it: it
-        # has tokens, so take one again rather than refusing (found by the fault test).
-        return take_rate_token(downstream, _retried=True)
-    return max(1, int((1.0 - available) / per_second + 0.999))
-
-
-def _spend_rate_token(
-    downstream: Downstream, now: float, capacity: float, per_second: float
-) -> bool:
-    """The conditional UPDATE: True when the bucket had a token (and now has one less)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            sql.take_rate_token(connection.vendor),
-            sql.rate_token_params(downstream.id, now, capacity, per_second),
-        )
-        return cursor.rowcount > 0
 
 
 # --- Entry points -------------------------------------------------------------------------
@@ -173,19 +71,6 @@ def receive_callback(repo: str, raw_body: bytes, token: CallbackToken) -> Outcom
             # Rolled back with the refusal; a concurrent copy may have spent it already.
             spend_token(token)
         raise
-
-
-def spend_token(token: CallbackToken) -> bool:
-    """Record the token id; False when it was already recorded (a replay)."""
-    # One statement: a replay inserts nothing instead of failing, so there is no error to
-    # roll back and no savepoint to pay for. Under PostgreSQL a concurrent copy of the token
-    # waits here until the first one's transaction ends, then inserts nothing.
-    with connection.cursor() as cursor:
-        cursor.execute(
-            sql.CONSUME_JTI,
-            (token.jti, connection.ops.adapt_datetimefield_value(token.expires_at)),
-        )
-        return cursor.rowcount > 0
 
 
 def parse_forward(body: Any) -> tuple[str, int, TrustedTiming, Any]:
@@ -520,53 +405,3 @@ def _store_failed_tests(job: Job, data: CallbackData) -> None:
             cursor.execute(sql.INSERT_FAILED_TESTS_UNNEST, columns)
         else:
             cursor.executemany(sql.INSERT_FAILED_TEST, list(zip(*columns, strict=True)))
-
-
-# --- Sweeper ------------------------------------------------------------------------------
-
-
-def sweep_zombies() -> int:
-    """Close jobs in_progress longer than CRCR_ZOMBIE_TIMEOUT as `timed_out` (sweeper close)."""
-    now = clock.now()
-    cutoff = now - dt.timedelta(seconds=settings.CRCR_ZOMBIE_TIMEOUT_SECONDS)
-    closed = 0
-    stale_ids = list(
-        Job.objects.filter(status=Job.Status.IN_PROGRESS, placed_at__lt=cutoff).values_list(
-            "id", flat=True
-        )[:10_000]
-    )
-    for job_id in stale_ids:
-        with transaction.atomic():
-            job = (
-                Job.objects.select_for_update()
-                .filter(id=job_id, status=Job.Status.IN_PROGRESS)
-                .first()
-            )
-            if job is None:
-                continue
-            job.status = Job.Status.COMPLETED
-            job.conclusion = Job.Conclusion.TIMED_OUT
-            job.closed_by_sweeper = True
-            job.completed_received_at = now
-            job.updated_at = now
-            job.save(
-                update_fields=[
-                    "status",
-                    "conclusion",
-                    "closed_by_sweeper",
-                    "completed_received_at",
-                    "updated_at",
-                ]
-            )
-            derived.refresh_job(job)
-            closed += 1
-    if closed:
-        logger.info("sweeper closed jobs", extra={"closed": closed})
-    return closed
-
-
-def prune_used_tokens() -> int:
-    """Forget token ids whose tokens have expired (a replay would fail on `exp` anyway)."""
-    leeway = dt.timedelta(seconds=settings.CRCR_OIDC_LEEWAY_SECONDS)
-    deleted, _ = UsedToken.objects.filter(expires_at__lt=clock.now() - leeway).delete()
-    return deleted

@@ -226,6 +226,105 @@ def _gauge(name: str, documentation: str, value: float, **labels: str) -> GaugeM
     return family
 
 
+@dataclass(frozen=True)
+class ScrapeState:
+    """What one scrape reads from the database (the gauges' values, before they are shaped)."""
+
+    in_progress: int
+    pending: int
+    oldest_pending: dt.datetime | None
+    swept: int
+    backlogs: dict[str, tuple[int, dt.datetime | None]]
+    failing: dict[tuple[str, str], int]
+    unsynced: dt.datetime | None
+
+
+def read_state(now: dt.datetime) -> ScrapeState:
+    """Read every database gauge at `now`; a DatabaseError propagates (the database is down)."""
+    in_progress = Job.objects.filter(status=Job.Status.IN_PROGRESS).count()
+    pending = Dispatch.objects.filter(outcome=Dispatch.Outcome.PENDING)
+    pending_count = pending.count()
+    oldest = pending.aggregate(oldest=Min("created_at"))["oldest"]
+    swept = _swept_recently(now)
+    backlogs = reconciler_backlogs(now)
+    failing = mirror_failing(now)
+    unsynced = github_unsynced_since(now, backlogs)
+    return ScrapeState(in_progress, pending_count, oldest, swept, backlogs, failing, unsynced)
+
+
+def _swept_recently(now: dt.datetime) -> int:
+    """Jobs the sweeper closed as timed_out in the last SWEEPER_WINDOW (and still closed so)."""
+    # Bounded by placed_at (indexed) so a scrape never scans all jobs: the sweeper closes
+    # a job zombie-timeout after it began, give or take a sweeper outage of a week.
+    timeout = dt.timedelta(seconds=settings.CRCR_ZOMBIE_TIMEOUT_SECONDS)
+    horizon = now - SWEEPER_WINDOW - timeout - SWEEPER_OUTAGE_MARGIN
+    return Job.objects.filter(
+        placed_at__gte=horizon,
+        closed_by_sweeper=True,
+        completed_received_at__gte=now - SWEEPER_WINDOW,
+    ).count()
+
+
+def _age(now: dt.datetime, since: dt.datetime | None) -> float:
+    """Seconds from `since` to `now` (0 when nothing waits)."""
+    return max((now - since).total_seconds(), 0.0) if since else 0.0
+
+
+def _job_gauges(state: ScrapeState, now: dt.datetime) -> Iterator[Metric]:
+    """Jobs in progress, pending dispatches and their lag, the sweeper's closes."""
+    yield _gauge(
+        "crcr_jobs_in_progress", "Jobs whose latest state is in_progress.", state.in_progress
+    )
+    yield _gauge(
+        "crcr_dispatches_pending", "Dispatches not yet sent (or being retried).", state.pending
+    )
+    yield _gauge(
+        "crcr_dispatch_oldest_pending_age_seconds",
+        "Age of the oldest pending dispatch: how far the sender and reconciler lag.",
+        _age(now, state.oldest_pending),
+    )
+    yield _gauge(
+        "crcr_sweeper_closed_jobs_24h",
+        "Jobs the sweeper closed as timed_out in the last 24 hours (and still closed so).",
+        state.swept,
+    )
+
+
+def _reconciler_gauges(state: ScrapeState, now: dt.datetime) -> Iterator[Metric]:
+    """Per-queue backlog and lag, how far GitHub is behind, and failing mirror rows."""
+    backlog = GaugeMetricFamily(
+        "crcr_reconciler_backlog",
+        "Rows waiting to reach GitHub or a notification target, by queue (dispatch, "
+        "check_run, gate, oncall_comment, rerun, notification).",
+        labels=["queue"],
+    )
+    age = GaugeMetricFamily(
+        "crcr_reconciler_lag_seconds",
+        "Age of the oldest row still waiting, by queue: how far senders and reconcilers lag.",
+        labels=["queue"],
+    )
+    for queue, (count, since) in state.backlogs.items():
+        backlog.add_metric([queue], count)
+        age.add_metric([queue], _age(now, since))
+    yield backlog
+    yield age
+    yield _gauge(
+        "crcr_github_unsynced_age_seconds",
+        "Age of the oldest job change GitHub does not show yet on its check run or gate "
+        "(0 when in sync), including changes no worker has picked up.",
+        _age(now, state.unsynced),
+    )
+    failures = GaugeMetricFamily(
+        "crcr_mirror_failing",
+        "Mirror rows (inside the reconciler window) whose last GitHub call failed, by kind "
+        "and state (retrying, given_up).",
+        labels=["kind", "state"],
+    )
+    for (kind, state_name), count in state.failing.items():
+        failures.add_metric([kind, state_name], count)
+    yield failures
+
+
 class StateCollector(Collector):
     """Gauges read from the database and the broker each time Prometheus scrapes."""
 
@@ -241,75 +340,14 @@ class StateCollector(Collector):
             )
         now = clock.now()
         try:
-            in_progress = Job.objects.filter(status=Job.Status.IN_PROGRESS).count()
-            pending = Dispatch.objects.filter(outcome=Dispatch.Outcome.PENDING)
-            pending_count = pending.count()
-            oldest = pending.aggregate(oldest=Min("created_at"))["oldest"]
-            # Bounded by placed_at (indexed) so a scrape never scans all jobs: the sweeper closes
-            # a job zombie-timeout after it began, give or take a sweeper outage of a week.
-            timeout = dt.timedelta(seconds=settings.CRCR_ZOMBIE_TIMEOUT_SECONDS)
-            horizon = now - SWEEPER_WINDOW - timeout - SWEEPER_OUTAGE_MARGIN
-            swept = Job.objects.filter(
-                placed_at__gte=horizon,
-                closed_by_sweeper=True,
-                completed_received_at__gte=now - SWEEPER_WINDOW,
-            ).count()
-            backlogs = reconciler_backlogs(now)
-            failing = mirror_failing(now)
-            unsynced = github_unsynced_since(now, backlogs)
+            state = read_state(now)
         except DatabaseError as error:
             logger.warning("metrics: database unavailable", extra={"error": type(error).__name__})
             yield _gauge("crcr_database_up", "Whether the scrape could read the database.", 0)
             return
         yield _gauge("crcr_database_up", "Whether the scrape could read the database.", 1)
-        yield _gauge(
-            "crcr_jobs_in_progress", "Jobs whose latest state is in_progress.", in_progress
-        )
-        yield _gauge(
-            "crcr_dispatches_pending", "Dispatches not yet sent (or being retried).", pending_count
-        )
-        lag = max((now - oldest).total_seconds(), 0.0) if oldest else 0.0
-        yield _gauge(
-            "crcr_dispatch_oldest_pending_age_seconds",
-            "Age of the oldest pending dispatch: how far the sender and reconciler lag.",
-            lag,
-        )
-        yield _gauge(
-            "crcr_sweeper_closed_jobs_24h",
-            "Jobs the sweeper closed as timed_out in the last 24 hours (and still closed so).",
-            swept,
-        )
-        backlog = GaugeMetricFamily(
-            "crcr_reconciler_backlog",
-            "Rows waiting to reach GitHub or a notification target, by queue (dispatch, "
-            "check_run, gate, oncall_comment, rerun, notification).",
-            labels=["queue"],
-        )
-        age = GaugeMetricFamily(
-            "crcr_reconciler_lag_seconds",
-            "Age of the oldest row still waiting, by queue: how far senders and reconcilers lag.",
-            labels=["queue"],
-        )
-        for queue, (count, since) in backlogs.items():
-            backlog.add_metric([queue], count)
-            age.add_metric([queue], max((now - since).total_seconds(), 0.0) if since else 0.0)
-        yield backlog
-        yield age
-        yield _gauge(
-            "crcr_github_unsynced_age_seconds",
-            "Age of the oldest job change GitHub does not show yet on its check run or gate "
-            "(0 when in sync), including changes no worker has picked up.",
-            max((now - unsynced).total_seconds(), 0.0) if unsynced else 0.0,
-        )
-        failures = GaugeMetricFamily(
-            "crcr_mirror_failing",
-            "Mirror rows (inside the reconciler window) whose last GitHub call failed, by kind "
-            "and state (retrying, given_up).",
-            labels=["kind", "state"],
-        )
-        for (kind, state), count in failing.items():
-            failures.add_metric([kind, state], count)
-        yield failures
+        yield from _job_gauges(state, now)
+        yield from _reconciler_gauges(state, now)
 
 
 def multiprocess_dir() -> str | None:

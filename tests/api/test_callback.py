@@ -188,7 +188,7 @@ def test_rate_limit_is_per_repository(client, oidc, backend, settings):
 
 
 def test_unreadable_rate_limit_counter_answers_503_not_a_silent_pass(client, oidc, backend):
-    with mock.patch("hud.ingestion.ingest.take_rate_token", side_effect=DatabaseError("down")):
+    with mock.patch("hud.ingestion.admission.take_rate_token", side_effect=DatabaseError("down")):
         response = post(client, oidc, builders.callback_body())
     assert_error(response, 503, "unavailable")
     assert response["Retry-After"]

@@ -112,7 +112,7 @@ def test_a_broken_notification_never_blocks_the_decision(setup, monkeypatch):
     def broken(event):
         raise ValueError("template bug")
 
-    monkeypatch.setattr(notifications, "build_payload", broken)
+    monkeypatch.setattr(notifications.emission, "build_payload", broken)
     promotion.approve(ada, request, "ok")
 
     request.refresh_from_db()

@@ -131,7 +131,7 @@ def test_stored_evaluation_equals_the_gates_api_as_of_the_next_midnight(
 def test_k_consecutive_failing_days_raise_exactly_one_warning_deadline_skips_weekend(
     frozen_clock, silent, healthy
 ):
-    assert promotion._policy().k_consecutive == 3
+    assert promotion.gate_policy().k_consecutive == 3
     assert _run(frozen_clock, THU)["warnings"] == 0
     assert _run(frozen_clock, FRI)["warnings"] == 0
     assert not DemotionWarning.objects.exists()

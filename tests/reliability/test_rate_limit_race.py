@@ -4,7 +4,7 @@ from unittest import mock
 
 import pytest
 
-from hud.ingestion import ingest
+from hud.ingestion import admission
 from hud.models import Level, RateBucket
 from tests.support import builders
 
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 def test_bucket_created_by_a_concurrent_first_callback_does_not_answer_429(frozen_clock, settings):
     settings.CRCR_RATE_LIMIT_PER_MIN = 100
     backend = builders.downstream("org/repo", Level.L2)
-    real_spend = ingest._spend_rate_token
+    real_spend = admission._spend_rate_token
     calls = []
 
     def spend_racing_a_creator(downstream, *args):
@@ -28,8 +28,8 @@ def test_bucket_created_by_a_concurrent_first_callback_does_not_answer_429(froze
             return spent
         return real_spend(downstream, *args)
 
-    with mock.patch.object(ingest, "_spend_rate_token", spend_racing_a_creator):
-        assert ingest.take_rate_token(backend) is None
+    with mock.patch.object(admission, "_spend_rate_token", spend_racing_a_creator):
+        assert admission.take_rate_token(backend) is None
     assert len(calls) == 2
     assert RateBucket.objects.get().tokens == 198.0
 
@@ -40,4 +40,4 @@ def test_an_empty_bucket_still_answers_with_the_seconds_to_wait(frozen_clock, se
     RateBucket.objects.create(
         downstream=backend, tokens=0.0, updated_epoch=frozen_clock().timestamp()
     )
-    assert ingest.take_rate_token(backend) == 1
+    assert admission.take_rate_token(backend) == 1

@@ -1,0 +1,166 @@
+"""A backend's gate evaluation: the policy's metrics over its recent jobs, exclusions applied.
+
+`evaluate_backend` evaluates promotion to the next (or a requested) level and keep/demote at the
+current one, as of any moment; requests freeze it as evidence and the daily evaluation stores
+it per day (`hud.promotion.daily`).
+"""
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from django.conf import settings
+
+from hud import attribution, gates, levels, stats
+from hud.core import clock
+from hud.levels import effective_level
+from hud.models import Downstream, GateExclusion
+from hud.reads import selectors
+
+
+def level_since(downstream: Downstream, as_of: dt.datetime) -> dt.datetime | None:
+    """When the level in force at `as_of` began, from the level history."""
+    current = levels.level_at(downstream, as_of)
+    if current is None:
+        return None
+    started = None
+    for change in downstream.changes.filter(at__lte=as_of).order_by("-at", "-id"):
+        if change.to_level != current:
+            break
+        started = change.at
+    return started
+
+
+# --- Gate evaluation ------------------------------------------------------------------
+
+
+def gate_policy() -> gates.Policy:
+    return gates.load_policy(getattr(settings, "CRCR_GATE_POLICY", None))
+
+
+def _excluded(frame: pd.DataFrame, downstream: Downstream) -> tuple[pd.DataFrame, list[dict]]:
+    """Drop the logical jobs admins excluded from gating; return the exclusions for display.
+
+    An exclusion takes out whole logical jobs, every attempt: the one job it names, or every
+    job with an attempt placed in its window. Dropping only the named attempt would make an
+    earlier attempt the latest, and its failure would count again.
+    """
+    exclusions = list(downstream.exclusions.order_by("created_at"))
+    if not exclusions or frame.empty:
+        return frame, [_describe_exclusion(item, 0) for item in exclusions]
+    job_keys = pd.MultiIndex.from_frame(frame[stats.LOGICAL_JOB_KEY])
+    keep = pd.Series(True, index=frame.index)
+    described = []
+    for item in exclusions:
+        if item.job_id is not None:
+            named = frame["id"] == item.job_id
+        else:
+            named = (frame["placed_at"] >= item.start) & (frame["placed_at"] < item.end)
+        hit = pd.Series(job_keys.isin(job_keys[named.to_numpy()]), index=frame.index)
+        described.append(_describe_exclusion(item, int((hit & keep).sum())))
+        keep &= ~hit
+    return frame[keep], described
+
+
+def _describe_exclusion(item: GateExclusion, rows: int) -> dict[str, Any]:
+    return {
+        "id": item.id,
+        "job": item.job_id,
+        "start": item.start.isoformat() if item.start else None,
+        "end": item.end.isoformat() if item.end else None,
+        "reason": item.reason,
+        "by": item.by.get_username() if item.by else None,
+        "excluded_attempts": rows,
+    }
+
+
+def oncall_response_hours(frame: pd.DataFrame) -> list[float]:
+    """Hours from each failed PR attempt to the backend's next attempt of that logical job."""
+    prs = frame[(frame["event_type"] == "pull_request") & (frame["status"] == "completed")]
+    if prs.empty:
+        return []
+    ordered = prs.sort_values([*stats.LOGICAL_JOB_KEY, *stats.ATTEMPT_ORDER])
+    # The next attempt of the same logical job, in attempt order (NaT for the last one).
+    following = ordered.groupby(stats.LOGICAL_JOB_KEY, sort=False)["placed_at"].shift(-1)
+    answered = (ordered["conclusion"] == "failure") & following.notna()
+    seconds = (following[answered] - ordered.loc[answered, "placed_at"]).dt.total_seconds()
+    return (seconds.clip(lower=0.0) / 3600.0).tolist()
+
+
+@dataclass(frozen=True)
+class BackendGate:
+    """A backend's evaluation with what it was computed from."""
+
+    evaluation: gates.Evaluation
+    effective_level: int
+    exclusions: list[dict]
+    adjusted: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON for the API and for evidence snapshots."""
+        return {
+            **self.evaluation.to_dict(),
+            "effective_level": f"L{self.effective_level}",
+            "exclusions": self.exclusions,
+            "adjusted_pass_rate": _adjusted_dict(self.adjusted),
+        }
+
+
+def _adjusted_dict(adjusted: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The gate-adjusted pass rate as JSON (estimates as dicts)."""
+    if adjusted is None:
+        return None
+    estimates = {
+        key: {kind: estimate.to_dict() for kind, estimate in pair.items()}
+        for key, pair in adjusted["estimates"].items()
+    }
+    return {**adjusted, "estimates": estimates}
+
+
+def evaluate_backend(
+    downstream: Downstream, as_of: dt.datetime | None = None, target_level: int | None = None
+) -> BackendGate:
+    """Evaluate promotion to the next (or `target_level`) and keep/demote at the current level."""
+    as_of = as_of or clock.now()
+    policy = gate_policy()
+    current = levels.level_at(downstream, as_of) or downstream.level
+    current_label = f"L{current}"
+    target_label = (
+        f"L{target_level}" if target_level is not None else gates.next_level(current_label)
+    )
+    horizon = max(
+        (c.window_days for lvl in policy.levels.values() for c in (*lvl.promotion, *lvl.demotion)),
+        default=30,
+    )
+    frame = selectors.jobs_frame(as_of - dt.timedelta(days=horizon + 1), as_of, [downstream.id])
+    frame, exclusions = _excluded(frame, downstream)
+    extra = {
+        "oncall_response_p50_hours": stats.percentile_estimate(
+            oncall_response_hours(frame), 0.5, min_n=1, unit="hours"
+        )
+    }
+    metrics = gates.gate_metrics(
+        frame,
+        policy,
+        current_level=current_label,
+        target_level=target_label,
+        as_of=as_of,
+        level_since=level_since(downstream, as_of),
+        extra=extra,
+    )
+    # Gate-adjusted pass rate (issue 7): shown always; decided on when the policy says so.
+    pass_rate_windows = {
+        c.window_days
+        for c in (
+            *policy.promotion_criteria(target_label or ""),
+            *policy.demotion_criteria(current_label),
+        )
+        if c.metric == "job_pass_rate"
+    }
+    adjusted = attribution.gate_adjusted_pass_rates(frame, pass_rate_windows, as_of)
+    adjusted["basis"] = policy.pass_rate_basis
+    if policy.pass_rate_basis == "adjusted":
+        metrics.update({key: pair["adjusted"] for key, pair in adjusted["estimates"].items()})
+    evaluation = gates.evaluate(metrics, policy, target_label, current_label, as_of=as_of)
+    return BackendGate(evaluation, effective_level(downstream, as_of), exclusions, adjusted)
