@@ -147,63 +147,21 @@ def _load(
     until: dt.datetime | None,
 ) -> _Loaded:
     """Bulk-load attempts, failed tests, references and cross-commit evidence for `keys`."""
-    shas = {key[2] for key in keys}
     judged_at = until or clock.now()
-    bound = Q(placed_at__lt=until) if until is not None else Q()
-    # 1. Every attempt on these SHAs (all backends: the cross-backend evidence) and of the
-    #    PRs they belong to (what decides whether a cancel was superseded).
-    prs = set(
-        Job.objects.filter(head_sha__in=shas)
-        .exclude(pr_number=0)
-        .values_list("pr_number", flat=True)
-        .distinct()
-    )
-    universe = _rows(Job.objects.filter(bound).filter(Q(head_sha__in=shas) | Q(pr_number__in=prs)))
+    universe = _universe({key[2] for key in keys}, until)
     attempts, latest = _latest_map(universe)
-    rows_by_id = {row["id"]: row for row in universe}
     judged = [latest[key] for key in keys if key in latest]
     judged = [row for row in judged if row["outcome"] in JUDGED_OUTCOMES]
-
-    # 2. References: trunk pushes and nightlies of the same backend jobs, bounded in time.
-    references: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
-    ref_latest: dict[LogicalKey, dict] = {}
-    if judged:
-        earliest = min(row["placed_at"] for row in judged)
-        latest_time = max(row["placed_at"] for row in judged)
-        lookback = dt.timedelta(days=policy.reference_lookback_days)
-        ref_rows = _rows(
-            Job.objects.filter(
-                Q(event_type="push", ref=stats.TRUNK_REF) | Q(event_type="nightly"),
-                downstream__full_name__in={row["downstream"] for row in judged},
-                job_name__in={row["job_name"] for row in judged},
-                placed_at__gte=_moment(earliest) - lookback,
-                placed_at__lt=_moment(latest_time),
-            )
-        )
-        _, ref_latest = _latest_map(ref_rows)
-        for row in ref_latest.values():
-            if row["outcome"] in REFERENCE_OUTCOMES:
-                references[(row["downstream"], row["workflow_name"], row["job_name"])].append(row)
-        for series in references.values():
-            series.sort(key=lambda r: (r["placed_at"], r["id"]))
-
-    # 3. Failed tests of every failing latest attempt on these SHAs and of failed references.
+    references, ref_latest = _references(judged, policy)
+    # Failed tests of every failing latest attempt on these SHAs and of failed references.
     failing_latest = [row for row in latest.values() if row["outcome"] in JUDGED_OUTCOMES]
     wanted = {row["id"] for row in failing_latest}
     wanted |= {row["id"] for row in ref_latest.values() if row["outcome"] == stats.FAILURE}
-    tests_by_job: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    if wanted:
-        for test in (
-            FailedTest.objects.filter(job_id__in=wanted)
-            .order_by("job_id", "id")
-            .values("job_id", "classname", "name", "message")
-        ):
-            tests_by_job[test["job_id"]].append(test)
+    tests_by_job = _failed_tests_by_job(wanted)
     failing_by_sha: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in failing_latest:
         failing_by_sha[row["head_sha"]].append(row)
-
-    # 4. Cross-commit evidence of the judged jobs' failed tests and jobs, on their backends.
+    # Cross-commit evidence of the judged jobs' failed tests and jobs, on their backends.
     test_failures, runs = _cross_commit_rows(judged, policy, judged_at)
     successes: dict[LogicalKey, list[dict[str, Any]]] = defaultdict(list)
     for row in universe:
@@ -212,7 +170,7 @@ def _load(
     return _Loaded(
         attempts,
         latest,
-        rows_by_id,
+        {row["id"]: row for row in universe},
         tests_by_job,
         references,
         failing_by_sha,
@@ -221,6 +179,61 @@ def _load(
         runs,
         judged_at,
     )
+
+
+def _universe(shas: set[str], until: dt.datetime | None) -> list[dict[str, Any]]:
+    """Every attempt on these SHAs (all backends: the cross-backend evidence) and of the PRs
+    they belong to (what decides whether a cancel was superseded), placed before `until`."""
+    bound = Q(placed_at__lt=until) if until is not None else Q()
+    prs = set(
+        Job.objects.filter(head_sha__in=shas)
+        .exclude(pr_number=0)
+        .values_list("pr_number", flat=True)
+        .distinct()
+    )
+    return _rows(Job.objects.filter(bound).filter(Q(head_sha__in=shas) | Q(pr_number__in=prs)))
+
+
+def _references(
+    judged: list[dict[str, Any]], policy: AttributionPolicy
+) -> tuple[dict[tuple[str, str, str], list[dict[str, Any]]], dict[LogicalKey, dict]]:
+    """(references by (backend, workflow, job), in time order; every latest reference attempt):
+    trunk pushes and nightlies of the judged backend jobs, bounded in time."""
+    references: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    if not judged:
+        return references, {}
+    earliest = min(row["placed_at"] for row in judged)
+    latest_time = max(row["placed_at"] for row in judged)
+    lookback = dt.timedelta(days=policy.reference_lookback_days)
+    ref_rows = _rows(
+        Job.objects.filter(
+            Q(event_type="push", ref=stats.TRUNK_REF) | Q(event_type="nightly"),
+            downstream__full_name__in={row["downstream"] for row in judged},
+            job_name__in={row["job_name"] for row in judged},
+            placed_at__gte=_moment(earliest) - lookback,
+            placed_at__lt=_moment(latest_time),
+        )
+    )
+    _, ref_latest = _latest_map(ref_rows)
+    for row in ref_latest.values():
+        if row["outcome"] in REFERENCE_OUTCOMES:
+            references[(row["downstream"], row["workflow_name"], row["job_name"])].append(row)
+    for series in references.values():
+        series.sort(key=lambda r: (r["placed_at"], r["id"]))
+    return references, ref_latest
+
+
+def _failed_tests_by_job(wanted: set[int]) -> dict[int, list[dict[str, Any]]]:
+    """The failed tests of the attempts `wanted`, per attempt id, in report order (one query)."""
+    tests_by_job: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    if wanted:
+        for test in (
+            FailedTest.objects.filter(job_id__in=wanted)
+            .order_by("job_id", "id")
+            .values("job_id", "classname", "name", "message")
+        ):
+            tests_by_job[test["job_id"]].append(test)
+    return tests_by_job
 
 
 def _reference_candidates(

@@ -79,9 +79,13 @@ def _around(policy: AttributionPolicy) -> str:
     return f"in the {policy.test_window_days} days around this job"
 
 
+# A verdict and its evidence.
+Judged = tuple[str, dict[str, Any]]
+
+
 def _judge(
     row: dict, loaded: _Loaded, policy: AttributionPolicy, signatures: tuple[Signature, ...]
-) -> tuple[str, dict[str, Any]]:
+) -> Judged:
     """The first rule that matches (docs/attribution.md "The rules, in order")."""
     for verdict, rule in (
         (FLAKY, lambda: _rerun_passed(row, loaded)),
@@ -92,45 +96,17 @@ def _judge(
         if evidence:
             return verdict, evidence
     cross = _cross_commit(row, loaded, policy)
-    tests = cross["tests"]
-    if tests:
-        seen = [t for t in tests if t["failed_elsewhere"]]
-        if len(seen) == len(tests):
-            weakest = min(tests, key=lambda t: t["failed_elsewhere"])
-            return FLAKY, {
-                "rule": "failed_on_unrelated_commits",
-                **cross,
-                "summary": f"not new: every failed test also failed on unrelated commits "
-                f"{_around(policy)} (at least on {weakest['where']}; "
-                f"{weakest['failed_elsewhere_same_way']} with the same failure signature)",
-            }
+    if cross["tests"]:
+        judged = _tests_fail_elsewhere(cross, policy)
         # The failed tests that also fail elsewhere are explained; the new ones are judged.
-        new = [t for t in tests if not t["failed_elsewhere"]]
+        new = [t for t in cross["tests"] if not t["failed_elsewhere"]]
         reproduced = all(t["reproduced"] for t in new)
     else:
+        judged = _job_fails_elsewhere(cross, policy)
         new = []
-        estimate = stats.proportion(
-            cross["job_failed_elsewhere"], cross["ran_elsewhere"], min_n=policy.test_min_n
-        )
-        if above(estimate, policy.flaky_test_threshold, policy):
-            return FLAKY, {
-                "rule": "job_fails_on_unrelated_commits",
-                **cross,
-                "estimate": estimate.to_dict(),
-                "summary": f"this job failed on {cross['job_failed_elsewhere']} of "
-                f"{cross['ran_elsewhere']} unrelated commits {_around(policy)} "
-                f"({cross['job_where']})",
-            }
-        if cross["job_failed_elsewhere"]:
-            return NEW_FAILURE, {
-                "rule": "job_failed_elsewhere_rarely",
-                **cross,
-                "estimate": estimate.to_dict(),
-                "summary": f"no failed test reported; this job failed on "
-                f"{cross['job_failed_elsewhere']} of {cross['ran_elsewhere']} unrelated commits "
-                f"{_around(policy)}: too rare to call flaky, too common to blame the PR",
-            }
         reproduced = cross["job_reproduced"] > 0
+    if judged:
+        return judged
     if cross["ran_elsewhere"] < policy.test_min_n:
         return NEW_FAILURE, {
             "rule": "thin_evidence",
@@ -138,18 +114,81 @@ def _judge(
             "summary": f"not enough evidence yet: this job ran on {cross['ran_elsewhere']} "
             f"unrelated commit(s) {_around(policy)} (fewer than {policy.test_min_n})",
         }
+    return _new_to_this_pr(row, loaded, policy, cross, new, reproduced)
+
+
+def _tests_fail_elsewhere(cross: dict[str, Any], policy: AttributionPolicy) -> Judged | None:
+    """Rule 4 (flaky, pre-existing): every failed test also failed on unrelated commits."""
+    tests = cross["tests"]
+    seen = [t for t in tests if t["failed_elsewhere"]]
+    if len(seen) != len(tests):
+        return None
+    weakest = min(tests, key=lambda t: t["failed_elsewhere"])
+    return FLAKY, {
+        "rule": "failed_on_unrelated_commits",
+        **cross,
+        "summary": f"not new: every failed test also failed on unrelated commits "
+        f"{_around(policy)} (at least on {weakest['where']}; "
+        f"{weakest['failed_elsewhere_same_way']} with the same failure signature)",
+    }
+
+
+def _job_fails_elsewhere(cross: dict[str, Any], policy: AttributionPolicy) -> Judged | None:
+    """Rule 4 for a job without failed tests: flaky when its failure rate on unrelated commits
+    is above the threshold; a rarer failure elsewhere is a new_failure, not the PR's."""
+    estimate = stats.proportion(
+        cross["job_failed_elsewhere"], cross["ran_elsewhere"], min_n=policy.test_min_n
+    )
+    if above(estimate, policy.flaky_test_threshold, policy):
+        return FLAKY, {
+            "rule": "job_fails_on_unrelated_commits",
+            **cross,
+            "estimate": estimate.to_dict(),
+            "summary": f"this job failed on {cross['job_failed_elsewhere']} of "
+            f"{cross['ran_elsewhere']} unrelated commits {_around(policy)} "
+            f"({cross['job_where']})",
+        }
+    if cross["job_failed_elsewhere"]:
+        return NEW_FAILURE, {
+            "rule": "job_failed_elsewhere_rarely",
+            **cross,
+            "estimate": estimate.to_dict(),
+            "summary": f"no failed test reported; this job failed on "
+            f"{cross['job_failed_elsewhere']} of {cross['ran_elsewhere']} unrelated commits "
+            f"{_around(policy)}: too rare to call flaky, too common to blame the PR",
+        }
+    return None
+
+
+def _what_is_new(tests: list[dict[str, Any]], new: list[dict[str, Any]]) -> str:
+    """Which of the job's failures are new to this PR, in words."""
+    if not tests:
+        return "this job passes elsewhere"
+    if len(new) == len(tests):
+        return "every failed test is new to this PR"
+    return (
+        f"{len(new)} of {len(tests)} failed tests are new to this PR (the others also "
+        f"fail on unrelated commits)"
+    )
+
+
+def _new_to_this_pr(
+    row: dict,
+    loaded: _Loaded,
+    policy: AttributionPolicy,
+    cross: dict[str, Any],
+    new: list[dict[str, Any]],
+    reproduced: bool,
+) -> Judged:
+    """Rules 5 and 6: new to this PR and reproduced or corroborated (upstream_likely), else
+    seen once (new_failure, not reproduced)."""
+    tests = cross["tests"]
     others = _other_backends(row, loaded, {t["test"] for t in new})
     corroborating = sorted({o["downstream"] for o in others if o["shared_tests"] or not tests})
-    if not tests:
-        what = "this job passes elsewhere"
-    elif len(new) == len(tests):
-        what = "every failed test is new to this PR"
-    else:
-        what = (
-            f"{len(new)} of {len(tests)} failed tests are new to this PR (the others also "
-            f"fail on unrelated commits)"
-        )
-    base = f"{what}: passed on {cross['ran_elsewhere']} unrelated commits {_around(policy)}"
+    base = (
+        f"{_what_is_new(tests, new)}: passed on {cross['ran_elsewhere']} unrelated commits "
+        f"{_around(policy)}"
+    )
     if not reproduced and not corroborating:
         return NEW_FAILURE, {
             "rule": "not_reproduced",
