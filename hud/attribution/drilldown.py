@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from hud import stats
-from hud.attribution.identity import _when, failed_test_id, origin_of, split_failed_test_id
+from hud.attribution.identity import (
+    FAILED_TEST_ATTEMPT,
+    _attempt_order,
+    _when,
+    failed_test_id,
+    origin_of,
+    split_failed_test_id,
+)
 from hud.attribution.policy import AttributionPolicy, above, load_attribution_policy
 from hud.models import FailedTest, Job
 
@@ -49,12 +56,10 @@ def _flake_table(
     A commit is an origin (`origin_of`): a PR counts once however many commits it pushed, so a
     PR that truly breaks a test adds one failure, while a flaky test fails on many origins.
     """
-    success_orders: dict[tuple, list[tuple[int, int, int]]] = defaultdict(list)
+    success_rows: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for row in successes:
         key = (row["downstream_id"], row["event_type"], row["head_sha"], row["workflow_name"])
-        success_orders[(*key, row["job_name"])].append(
-            (row["run_id"], row["run_attempt"], row["id"])
-        )
+        success_rows[(*key, row["job_name"])].append(row)
     failed_in: dict[tuple[int, str], dict[str, dict[str, Any]]] = defaultdict(dict)
     job_names: dict[tuple[int, str], set[str]] = defaultdict(set)
     for row in failures:
@@ -68,8 +73,8 @@ def _flake_table(
         test = (row["job__downstream_id"], failed_test_id(row["classname"], row["name"]))
         job_names[test].add(row["job__job_name"])
         origin = origin_of(row["job__pr_number"], row["job__event_type"], row["job__head_sha"])
-        order = (row["job__run_id"], row["job__run_attempt"], row["job_id"])
-        later = [s for s in success_orders.get(logical, []) if s > order]
+        order = _attempt_order(row, FAILED_TEST_ATTEMPT)
+        later = [s for s in success_rows.get(logical, []) if _attempt_order(s) > order]
         example = failed_in[test].get(origin)
         if example is None or (later and not example["rerun_passed"]):
             failed_in[test][origin] = {
@@ -80,7 +85,9 @@ def _flake_table(
                 "failed_job_id": row["job_id"],
                 "failed_attempt": row["job__run_attempt"],
                 "rerun_passed": bool(later),
-                "succeeded_attempt": min(later)[1] if later else None,
+                "succeeded_attempt": (
+                    min(later, key=_attempt_order)["run_attempt"] if later else None
+                ),
             }
     table = {}
     for test, by_origin in failed_in.items():

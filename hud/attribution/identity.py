@@ -10,6 +10,8 @@ from typing import Any
 
 import pandas as pd
 
+from hud import stats
+
 LogicalKey = tuple[str, str, str, str, str]
 
 
@@ -66,6 +68,16 @@ def _key(row: Mapping[str, Any]) -> LogicalKey:
         row["workflow_name"],
         row["job_name"],
     )
+
+
+# A failed-test row names its attempt's columns through its job.
+FAILED_TEST_ATTEMPT = {"run_id": "job__run_id", "run_attempt": "job__run_attempt", "id": "job_id"}
+
+
+def _attempt_order(row: Mapping[str, Any], columns: Mapping[str, str] | None = None) -> tuple:
+    """Where an attempt row stands among its logical job's attempts: hud.stats.ATTEMPT_ORDER
+    (the one ordering), read from `columns` (ATTEMPT_ORDER name -> row key) when renamed."""
+    return tuple(row[(columns or {}).get(name, name)] for name in stats.ATTEMPT_ORDER)
 
 
 def _moment(value: Any) -> dt.datetime:

@@ -18,7 +18,14 @@ from hud.attribution.evidence import (
     _reference_candidates,
     _tests_of,
 )
-from hud.attribution.identity import LogicalKey, _key, _ref_summary, _test_set, _when
+from hud.attribution.identity import (
+    LogicalKey,
+    _attempt_order,
+    _key,
+    _ref_summary,
+    _test_set,
+    _when,
+)
 from hud.attribution.infra import Signature, _infra, load_signatures
 from hud.attribution.policy import (
     BADGES,
@@ -40,7 +47,7 @@ def _rerun_passed(row: dict, loaded: _Loaded) -> dict | None:
     winners = loaded.successes.get(_key(row), [])
     if not winners:
         return None
-    winner = max(winners, key=lambda r: (r["run_id"], r["run_attempt"], r["id"]))
+    winner = max(winners, key=_attempt_order)
     return {
         "rule": "another_attempt_succeeded",
         "succeeded_job_id": winner["id"],
