@@ -1,0 +1,93 @@
+"""The gate-adjusted pass rate: job pass rates with evidence-backed failures left out
+(`excluded_from_gate`), judged as of the gate's `as_of`."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pandas as pd
+
+from hud import gates, stats
+from hud.attribution.identity import _key
+from hud.attribution.policy import BROKEN_DOWNSTREAM, INFRA, JUDGED_OUTCOMES, UPSTREAM_LIKELY
+from hud.attribution.verdicts import _verdicts
+
+
+def excluded_from_gate(item: Mapping[str, Any]) -> bool:
+    """Whether the adjusted pass rate leaves a judged job out: only evidence-backed causes,
+    i.e. a PR breakage another backend corroborates, an infra signature, or broken trunk."""
+    evidence = item.get("evidence") or {}
+    if item["verdict"] == UPSTREAM_LIKELY:
+        return evidence.get("strength") == "strong"
+    if item["verdict"] == INFRA:
+        return evidence.get("rule") == "signature"
+    return item["verdict"] == BROKEN_DOWNSTREAM
+
+
+def gate_adjusted_pass_rates(
+    frame: pd.DataFrame,
+    windows: Iterable[int],
+    as_of: dt.datetime,
+    *,
+    min_n: int = stats.DEFAULT_MIN_N,
+) -> dict[str, Any]:
+    """Pass rate per window with evidence-backed failures excluded (`excluded_from_gate`), and
+    why; verdicts are judged as of `as_of`, so nothing later is read."""
+    windows = sorted(set(windows)) or [14]
+    prepared = stats.prepare(frame)
+    latest = prepared.latest
+    longest = as_of - dt.timedelta(days=windows[-1])
+    candidates = latest[
+        latest["outcome"].isin(JUDGED_OUTCOMES)
+        & (latest["placed_at"] >= pd.Timestamp(longest))
+        & (latest["placed_at"] < pd.Timestamp(as_of))
+    ]
+    keys = {_key(row) for row in candidates.to_dict("records")}
+    verdicts = _verdicts(keys, until=as_of)[0] if keys else []
+    excluded = [
+        {
+            "job_id": item["job_id"],
+            "downstream": item["downstream"],
+            "head_sha": item["head_sha"],
+            "pr_number": item["pr_number"],
+            "event_type": item["event_type"],
+            "workflow_name": item["workflow_name"],
+            "job_name": item["job_name"],
+            "placed_at": item["placed_at"],
+            "outcome": item["outcome"],
+            "verdict": item["verdict"],
+            "why": item["summary"],
+        }
+        for item in verdicts
+        if excluded_from_gate(item)
+    ]
+    excluded_keys = {
+        (e["downstream"], e["event_type"], e["head_sha"], e["workflow_name"], e["job_name"])
+        for e in excluded
+    }
+    if excluded_keys and not frame.empty:
+        frame_keys = pd.MultiIndex.from_frame(frame[stats.LOGICAL_JOB_KEY])
+        adjusted_frame = frame[~frame_keys.isin(list(excluded_keys))]
+    else:
+        adjusted_frame = frame
+    adjusted = stats.prepare(adjusted_frame)
+    estimates = {}
+    for days in windows:
+        start = as_of - dt.timedelta(days=days)
+        raw = stats.pass_rate(prepared, start, as_of, min_n=min_n)
+        estimate = stats.pass_rate(adjusted, start, as_of, min_n=min_n)
+        estimates[gates.metric_key("job_pass_rate", days)] = {
+            "raw": raw,
+            "adjusted": stats.Estimate(
+                estimate.value,
+                estimate.low,
+                estimate.high,
+                estimate.n,
+                estimate.sufficient,
+                estimate.unit,
+                f"{raw.n - estimate.n} evidence-backed failures excluded",
+            ),
+        }
+    return {"windows": windows, "estimates": estimates, "excluded": excluded}
