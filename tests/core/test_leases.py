@@ -45,14 +45,19 @@ def test_a_redelivered_dispatch_task_takes_back_the_lease_its_dead_run_left(
     assert Dispatch.objects.get(id=dispatch.id).attempts == 2
 
 
-def test_a_redelivered_mirror_task_takes_back_the_lease_its_dead_run_left(frozen_clock, running_as):
+def _gate_held_by_task_1(frozen_clock, running_as) -> GateCheck:
+    """A gate claimed by task-1 five seconds ago, which task-2 cannot claim meanwhile."""
     gate = GateCheck.objects.create(head_sha="a" * 40, created_at=frozen_clock())
     running_as("task-1")
     assert sync._claim(GateCheck, gate.id, frozen_clock())
     frozen_clock.advance(seconds=5)
-
     running_as("task-2")
     assert not sync._claim(GateCheck, gate.id, frozen_clock())
+    return gate
+
+
+def test_a_redelivered_mirror_task_takes_back_the_lease_its_dead_run_left(frozen_clock, running_as):
+    gate = _gate_held_by_task_1(frozen_clock, running_as)
     running_as(None)  # the reconciler's in-process run, or a test: no task id, no take-over
     assert not sync._claim(GateCheck, gate.id, frozen_clock())
     running_as("task-1")
@@ -83,12 +88,7 @@ def test_a_claim_whose_process_is_gone_is_reconciled_and_taken_over(
 
 
 def test_a_mirror_claim_whose_process_is_gone_is_taken_over(frozen_clock, running_as):
-    gate = GateCheck.objects.create(head_sha="a" * 40, created_at=frozen_clock())
-    running_as("task-1")
-    assert sync._claim(GateCheck, gate.id, frozen_clock())
-    frozen_clock.advance(seconds=5)
-    running_as("task-2")
-    assert not sync._claim(GateCheck, gate.id, frozen_clock())
+    gate = _gate_held_by_task_1(frozen_clock, running_as)
 
     _whole_worker_lost()
     assert sync._claim(GateCheck, gate.id, frozen_clock())
