@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from hud import attribution, stats
+from hud import attribution, gates, promotion, stats
 from hud.models import Downstream, LevelOverride
 from hud.pages import charts
 from hud.pages.common import (
@@ -89,8 +89,6 @@ class AdjustedPassRate:
 
 def adjusted_pass_rate(adjusted: dict[str, Any] | None) -> AdjustedPassRate | None:
     """`BackendGate.adjusted` (hud.attribution.gate_adjusted_pass_rates) laid out for the page."""
-    from hud import gates
-
     if not adjusted:
         return None
     windows = []
@@ -154,8 +152,6 @@ def backend_page(
     `user` (the signed-in reader) decides whether the page offers "Request a level change";
     `compact` (None: automatic) and `pins` lay out the matrices.
     """
-    from hud import promotion  # the promotion service owns the gate evaluation
-
     backend = selectors.backend(full_name)
     if backend is None:
         return None
