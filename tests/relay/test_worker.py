@@ -186,16 +186,21 @@ def _pool_child(worker_pid: int) -> int:
     return children[0]
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_worker_process_killed_mid_sync_is_redone_in_seconds_without_a_duplicate(
-    fake_github, backends, client, settings, tmp_path, monkeypatch
-):
+def _mirror_to(fake_github, settings) -> None:
+    """Webhooks relayed through Redis, and check runs mirrored onto the fake GitHub."""
     settings.GITHUB_WEBHOOK_SECRET = SECRET
     settings.CELERY_BROKER_URL = REDIS_URL
     settings.CRCR_UPSTREAM_REPO = UPSTREAM
     settings.CRCR_CHECK_RUNS = True
     settings.GITHUB_APP_ID = str(fake_github.default_app.app_id)
     settings.GITHUB_APP_PRIVATE_KEY = fake_github.default_app.private_key_pem
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_process_killed_mid_sync_is_redone_in_seconds_without_a_duplicate(
+    fake_github, backends, client, settings, tmp_path, monkeypatch
+):
+    _mirror_to(fake_github, settings)
     guid, body = new_guid(), fixture_body("pull_request.opened")
     # The first check run GitHub is asked for answers late: the worker dies while it waits.
     fake_github.enqueue("POST", f"/repos/{UPSTREAM}/check-runs", Canned.slow(2.0))
@@ -252,12 +257,7 @@ def test_a_whole_worker_lost_mid_sync_is_redone_within_a_minute_without_a_duplic
     """The worker and its pool process SIGKILLed (a lost host): no message comes back before
     the broker's visibility timeout, so the reconcilers (beat's 20 s tick, run here every
     2 s) find the claims whose process stopped beating and hand them to a new worker."""
-    settings.GITHUB_WEBHOOK_SECRET = SECRET
-    settings.CELERY_BROKER_URL = REDIS_URL
-    settings.CRCR_UPSTREAM_REPO = UPSTREAM
-    settings.CRCR_CHECK_RUNS = True
-    settings.GITHUB_APP_ID = str(fake_github.default_app.app_id)
-    settings.GITHUB_APP_PRIVATE_KEY = fake_github.default_app.private_key_pem
+    _mirror_to(fake_github, settings)
     # The reconcilers here read the claims and heartbeats the workers keep in Redis.
     settings.CACHES = {
         "default": {
