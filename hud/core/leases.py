@@ -99,8 +99,15 @@ def forget(kind: str, row_id: int) -> None:
     cache.delete(_key(kind, row_id))
 
 
-def _holder_gone(held: tuple) -> bool:
-    return len(held) > 2 and cache.get(_heartbeat_key(held[2])) is None
+def _beating(held: list[tuple]) -> set[str]:
+    """Of the processes holding these claims, those whose heartbeat is live (one cache read)."""
+    keys = {_heartbeat_key(entry[2]): entry[2] for entry in held if len(entry) > 2}
+    return {keys[key] for key in cache.get_many(list(keys))} if keys else set()
+
+
+def _holder_gone(entry: tuple, beating: set[str]) -> bool:
+    """A claim recorded with its process (every claim since heartbeats) whose process is gone."""
+    return len(entry) > 2 and entry[2] not in beating
 
 
 def takeover_stamp(kind: str, row_id: int) -> dt.datetime | None:
@@ -114,7 +121,7 @@ def takeover_stamp(kind: str, row_id: int) -> dt.datetime | None:
         # A request the dead run had on the wire lands (or fails) within one request timeout.
         time.sleep(float(settings.GITHUB_TIMEOUT) + 1.0)
         return dt.datetime.fromisoformat(held[1])
-    if _holder_gone(held):
+    if _holder_gone(held, _beating([held])):
         return dt.datetime.fromisoformat(held[1])
     return None
 
@@ -124,9 +131,11 @@ def abandoned(kind: str, claims: Mapping[int, dt.datetime]) -> set[int]:
     if not claims:
         return set()
     held = cache.get_many([_key(kind, row_id) for row_id in claims])
-    found = set()
-    for row_id, stamp in claims.items():
-        entry = held.get(_key(kind, row_id))
-        if entry and dt.datetime.fromisoformat(entry[1]) == stamp and _holder_gone(entry):
-            found.add(row_id)
-    return found
+    beating = _beating(list(held.values()))
+    return {
+        row_id
+        for row_id, stamp in claims.items()
+        if (entry := held.get(_key(kind, row_id)))
+        and dt.datetime.fromisoformat(entry[1]) == stamp
+        and _holder_gone(entry, beating)
+    }
