@@ -212,6 +212,7 @@ def derive(attempts: Sequence[Attempt], shas: ShaTimes) -> Derived:
     sharing run_id and run_attempt are the legs of one attempt."""
     legs = [list(group) for _, group in itertools.groupby(attempts, _attempt_key)]
     first, latest = _worst_leg(legs[0]), _worst_leg(legs[-1])
+    failed_tests = sum(leg.failed_tests for leg in legs[-1])  # every leg of the latest attempt
     outcome, first_outcome = _class(latest, shas), _class(first, shas)
     contribution: Contribution = defaultdict(lambda: defaultdict(int))
     day = contribution[_day(latest.placed_at)]
@@ -219,7 +220,7 @@ def derive(attempts: Sequence[Attempt], shas: ShaTimes) -> Derived:
     if latest.status == "completed":
         day["completed_jobs"] += 1
         day["rerun_jobs"] += len(legs) > 1
-    day["failed_tests"] += sum(leg.failed_tests for leg in legs[-1])
+    day["failed_tests"] += failed_tests
     # First-attempt figures are placed by the logical job's last row (hud.stats.first_attempts).
     last_day = contribution[_day(attempts[-1].placed_at)]
     last_day["first_success"] += first_outcome == stats.SUCCESS
@@ -239,7 +240,7 @@ def derive(attempts: Sequence[Attempt], shas: ShaTimes) -> Derived:
         queue_seconds=latest.queue_seconds,
         execution_seconds=latest.execution_seconds,
         closed_by_sweeper=latest.closed_by_sweeper,
-        failed_tests=sum(leg.failed_tests for leg in legs[-1]),
+        failed_tests=failed_tests,
         placed_at=latest.placed_at,
         first_placed_at=first.placed_at,
         contribution=_without_zeros(contribution),
