@@ -14,6 +14,7 @@ from django.conf import settings
 
 from hud import stats
 from hud.attribution.evidence import _Loaded, _tests_of
+from hud.core import files
 
 DEFAULT_SIGNATURES_PATH = Path(__file__).with_name("infra_signatures.yml")
 
@@ -95,7 +96,10 @@ def parse_signatures(data: Any, source: str = "") -> tuple[Signature, ...]:
 
 def load_signatures(path: str | Path | None = None) -> tuple[Signature, ...]:
     """Load and validate the infra signatures at `path` (default: `signatures_path()`)."""
-    source = Path(path) if path else signatures_path()
+    return files.parsed(Path(path) if path else signatures_path(), _parse_file)
+
+
+def _parse_file(source: Path) -> tuple[Signature, ...]:
     with source.open(encoding="utf-8") as handle:
         return parse_signatures(yaml.safe_load(handle) or {}, str(source))
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from django.conf import settings
 
 from hud import gates, stats
+from hud.core import files
 
 FLAKY = "flaky"
 
@@ -88,7 +89,11 @@ def load_attribution_policy(path: str | Path | None = None) -> AttributionPolicy
     """The `attribution:` block of the gate policy (CRCR_GATE_POLICY, else the shipped one)."""
     configured = path or getattr(settings, "CRCR_GATE_POLICY", None)
     policy_path = Path(configured) if configured else gates.DEFAULT_POLICY_PATH
-    data = gates.read_yaml(policy_path) or {}
+    return files.parsed(policy_path, _parse_file)
+
+
+def _parse_file(path: Path) -> AttributionPolicy:
+    data = gates.read_yaml(path) or {}
     block = data.get("attribution") or {}
     if not isinstance(block, Mapping):
         raise gates.PolicyError("attribution: must be a mapping")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime as dt
 import operator
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -25,6 +24,7 @@ import pandas as pd
 import yaml
 
 from hud import stats
+from hud.core import files
 from hud.stats import Estimate
 
 DEFAULT_POLICY_PATH = Path(__file__).with_name("gate_policy.yml")
@@ -243,29 +243,17 @@ def read_yaml(path: Path) -> Any:
         return yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
 
 
-# Parsed policies per path, with the (mtime, size) they were read at: one parse per process
-# while the file stays as it is, a fresh one as soon as it changes (edits apply at once).
-_parsed: dict[Path, tuple[tuple[int, int], Policy]] = {}
-_parsed_lock = threading.Lock()
+def _parse_file(path: Path) -> Policy:
+    return parse_policy(read_yaml(path), str(path))
 
 
 def load_policy(path: str | Path | None = None) -> Policy:
     """Load and validate the policy at `path` (settings' CRCR_GATE_POLICY), else the shipped one.
 
-    Parsed once per process and file version: a changed mtime or size reads it again. A file
-    that fails validation is never kept, so each call reports it until it is fixed.
+    Parsed once per process and file version (`hud.core.files`); a file that fails
+    validation is never kept, so each call reports it until it is fixed.
     """
-    policy_path = Path(path) if path else DEFAULT_POLICY_PATH
-    stat = policy_path.stat()
-    version = (stat.st_mtime_ns, stat.st_size)
-    with _parsed_lock:
-        cached = _parsed.get(policy_path)
-    if cached is not None and cached[0] == version:
-        return cached[1]
-    policy = parse_policy(read_yaml(policy_path), str(policy_path))
-    with _parsed_lock:
-        _parsed[policy_path] = (version, policy)
-    return policy
+    return files.parsed(Path(path) if path else DEFAULT_POLICY_PATH, _parse_file)
 
 
 # --------------------------------------------------------------------------- metrics
