@@ -260,8 +260,7 @@ def relay_health(rows: list[SummaryRow], window: Window, now: dt.datetime) -> Re
         cell_status(
             job.status,
             job.conclusion,
-            job.status != "completed"
-            and (job.in_progress_received_at or job.placed_at) < now - stats.DEFAULT_STUCK_AFTER,
+            stats.is_stuck(job.status, job.in_progress_received_at, job.placed_at, now),
         )
         for job in recent
     ]

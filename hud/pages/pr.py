@@ -115,8 +115,7 @@ def pr_summary(number: int, now: dt.datetime) -> dict[str, Any] | None:
     then = levels.levels_at(list({job.downstream_id for job in latest.values()}), ran_at)
     backends: dict[str, dict[str, Any]] = {}
     for (name, _, _), job in sorted(latest.items()):
-        since = job.in_progress_received_at or job.placed_at
-        stuck = job.status == "in_progress" and since < now - stats.DEFAULT_STUCK_AFTER
+        stuck = stats.is_stuck(job.status, job.in_progress_received_at, job.placed_at, now)
         status = cell_status(job.status, job.conclusion, stuck)
         entry = backends.setdefault(
             name,

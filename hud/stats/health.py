@@ -14,6 +14,17 @@ from hud.stats.intervals import DEFAULT_MIN_N, Estimate, proportion
 DEFAULT_STUCK_AFTER = dt.timedelta(hours=3)
 
 
+def is_stuck(
+    status: str,
+    in_progress_received_at: dt.datetime | None,
+    placed_at: dt.datetime,
+    now: dt.datetime,
+    threshold: dt.timedelta = DEFAULT_STUCK_AFTER,
+) -> bool:
+    """One attempt still in_progress longer than `threshold` at `now` (the `stuck_jobs` rule)."""
+    return status == "in_progress" and (in_progress_received_at or placed_at) < now - threshold
+
+
 def stuck_jobs(
     df: Jobs, now: dt.datetime, threshold: dt.timedelta = DEFAULT_STUCK_AFTER
 ) -> pd.DataFrame:
