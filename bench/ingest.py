@@ -55,6 +55,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
+import django  # noqa: E402
+
+django.setup()  # hud.models.sql sits in the models package, which needs the app registry
+
 import httpx  # noqa: E402
 import jwt  # noqa: E402
 import psycopg  # noqa: E402
@@ -229,13 +233,15 @@ def seed(url: str) -> None:
             payload = _pr_payload(number, sha)
             delivery_pk = conn.execute(
                 "INSERT INTO hud_delivery (delivery_id, event_type, upstream_repo, action,"
-                " pr_number, pr_title, head_sha, base_sha, base_ref, ref, labels, received_at,"
-                " body_sha256, payload) VALUES (%s, 'pull_request', 'pytorch/pytorch',"
-                " 'synchronize', %s, %s, %s, %s, 'main', '', '[]', %s, %s, %s) RETURNING id",
+                " pr_number, pr_title, pr_author, head_sha, base_sha, base_ref, ref, labels,"
+                " received_at, body_sha256, payload) VALUES (%s, 'pull_request',"
+                " 'pytorch/pytorch', 'synchronize', %s, %s, %s, %s, %s, 'main', '', '[]', %s,"
+                " %s, %s) RETURNING id",
                 (
                     delivery_id,
                     number,
                     f"PR {number}",
+                    "bench-author",
                     sha,
                     "b" * 40,
                     now,
@@ -533,7 +539,9 @@ def floor_callback(conn: psycopg.Connection, keys: dict, callback: Callback) -> 
             updated_at=received,
         )
         params = [job[column] for column in sql.COMPLETION_COLUMNS]
-        cursor.execute(sql.COMPLETE_JOB, (*params, job["id"]))
+        cursor.execute(sql.COMPLETE_JOB, (*params, job["id"], "completed"))
+        if cursor.rowcount == 0:  # completed meanwhile: the SQL guard kept the stored result
+            return "duplicate"
         floor_failed_tests(cursor, job["id"], data)
         floor_derived(
             cursor, downstream_id, data, job["event_type"], job["pr_number"], job["head_sha"]

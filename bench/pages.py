@@ -99,7 +99,8 @@ def fill(total: int, days: float, now: dt.datetime) -> dict[str, int]:
         deliveries = []
         with cur.copy(
             "COPY hud_delivery (id, delivery_id, event_type, upstream_repo, action, pr_number,"
-            " pr_title, head_sha, base_sha, base_ref, ref, labels, received_at, body_sha256)"
+            " pr_title, pr_author, head_sha, base_sha, base_ref, ref, labels, received_at,"
+            " body_sha256)"
             " FROM STDIN"
         ) as copy:
             for index in range(n_deliveries):
@@ -112,7 +113,8 @@ def fill(total: int, days: float, now: dt.datetime) -> dict[str, int]:
                 deliveries.append((index + 1, event, pr, head, at))
                 copy.write_row(
                     (index + 1, head if nightly else f"bench-{index}", event, "pytorch/pytorch",
-                     "synchronize" if pr else "", pr, f"Bench PR {pr}" if pr else "", head,
+                     "synchronize" if pr else "", pr, f"Bench PR {pr}" if pr else "",
+                     f"author{index % 40}" if pr else "", head,
                      sha("base", index), "main", "refs/heads/main" if push else "", "[]", at,
                      sha("body", index) + "0" * 24)
                 )  # fmt: skip
