@@ -44,7 +44,6 @@ from hud.pages.common import (
     EMBED_PENDING,
     MAX_DAYS,
     METRICS_DEFAULT_DAYS,
-    MIN_RESULTS_FOR_GAP,
     NIGHTLY_EVENTS,
     PR_EVENTS,
     STALE_GAP_FACTOR,
@@ -56,7 +55,6 @@ from hud.pages.common import (
     badge_dict,
     cell_status,
     is_stale,
-    usual_gap_seconds,
 )
 from hud.pages.matrices import (
     COMPACT_AUTO_COLUMNS,
@@ -93,7 +91,6 @@ from hud.pages.overview import (
     relay_health,
     summary,
     summary_rows,
-    window_figures,
 )
 from hud.pages.pr import (
     GATE_BADGES,
@@ -131,7 +128,6 @@ __all__ = [
     "MAX_PINS",
     "METRICS_DEFAULT_DAYS",
     "METRICS_TABS",
-    "MIN_RESULTS_FOR_GAP",
     "NIGHTLY_EVENTS",
     "PROBE_RECENT",
     "PR_EVENTS",
@@ -189,6 +185,4 @@ __all__ = [
     "summary",
     "summary_json",
     "summary_rows",
-    "usual_gap_seconds",
-    "window_figures",
 ]

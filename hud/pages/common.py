@@ -10,7 +10,6 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pandas as pd
 
 from hud import attribution, stats
@@ -29,7 +28,6 @@ NIGHTLY_EVENTS = ("nightly", "periodic")
 # A backend is stale when its last result is older than this many of its usual gaps.
 STALE_GAP_FACTOR = 2.0
 STALE_MIN_SECONDS = 3600.0
-MIN_RESULTS_FOR_GAP = 5
 # Display statuses that make a job count as failing, or as still running (embed, cards).
 EMBED_FAILING = ("failure", "timed_out", "stuck")
 EMBED_PENDING = ("in_progress",)
@@ -101,15 +99,6 @@ def cell_status(status: str, conclusion: str, stuck: bool) -> str:
     if status != "completed":
         return "stuck" if stuck else "in_progress"
     return conclusion or "neutral"
-
-
-def usual_gap_seconds(times: pd.Series) -> float | None:
-    """90th percentile of the gaps between consecutive results; None with too few results."""
-    ordered = times.dropna().sort_values()
-    if len(ordered) < MIN_RESULTS_FOR_GAP:
-        return None
-    gaps = ordered.diff().dropna().dt.total_seconds()
-    return float(np.quantile(gaps.to_numpy(), 0.9))
 
 
 def is_stale(last_result_at: dt.datetime | None, usual_gap: float | None, window: Window) -> bool:

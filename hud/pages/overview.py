@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any
 
 from django.conf import settings
 
@@ -26,10 +25,10 @@ from hud.pages.common import (
     frame_of,
     is_stale,
     latest_with_status,
-    usual_gap_seconds,
 )
 from hud.pages.matrices import column_order
 from hud.reads import selectors
+from hud.reads.window import empty_figures, window_figures
 from hud.stats import Estimate, OutcomeCounts
 
 # Pass-rate colour bands of `/crcr` (as upstream's HUD), used when the gate raises no alarm.
@@ -79,74 +78,32 @@ class SummaryRow:
         return "rate-warn" if value >= RATE_WARN else "rate-bad"
 
 
-def window_figures(frame: stats.Jobs, window: Window, now: dt.datetime) -> dict[str, Any]:
-    """The figures `/crcr` shows for one backend's frame (each the `hud.stats` function)."""
-    prepared = stats.prepare(frame)
-    counts = stats.outcome_counts(prepared, window.start, window.end)
-    completed = prepared.rows.loc[prepared.rows["status"] == "completed", "placed_at"]
-    return {
-        "pass_rate": stats.pass_rate(prepared, window.start, window.end),
-        "counts": counts,
-        "execution_mean": stats.compute_metric(
-            "execution_seconds_mean", prepared, window.start, window.end
-        ),
-        "execution_p50": stats.compute_metric(
-            "execution_seconds_p50", prepared, window.start, window.end
-        ),
-        "stuck": len(stats.stuck_jobs(prepared, now)),
-        "last_result_at": stats.last_result_at(prepared),
-        "usual_gap": usual_gap_seconds(completed),
-    }
-
-
-def _split_by_backend(prepared: stats.PreparedJobs) -> dict[str, stats.PreparedJobs]:
-    """One preparation for every backend, split by backend.
-
-    Every `hud.stats` step is partitioned by downstream (the logical job key starts with it and
-    supersession compares rows of the same downstream), so a backend's slice of the prepared
-    whole equals `stats.prepare` of its own rows, at a fraction of the cost of 50 preparations.
-    """
-    pieces = [
-        {name: part for name, part in table.groupby("downstream", sort=False)}
-        for table in (prepared.rows, prepared.attempts, prepared.latest, prepared.first)
-    ]
-    empty = [table.iloc[0:0] for table in (prepared.rows, prepared.attempts, prepared.latest,
-                                           prepared.first)]  # fmt: skip
-    return {
-        name: stats.PreparedJobs(
-            *(piece.get(name, blank) for piece, blank in zip(pieces, empty, strict=True))
-        )
-        for name in pieces[0]
-    }
-
-
 def summary_rows(backends: list[Downstream], window: Window, now: dt.datetime) -> list[SummaryRow]:
-    """Summary rows of `backends` over `window`: one frame query and one override query."""
+    """Summary rows of `backends` over `window`, aggregated in SQL (`hud.reads.window`)."""
     on_hud = [b.id for b in backends if b.level >= Level.L2]
-    frame = selectors.jobs_frame(window.start, window.end, on_hud) if on_hud else None
+    computed = window_figures(on_hud, window.start, window.end, now)
     overrides = selectors.active_overrides([b.id for b in backends], now)
     states = backend_states([b.id for b in backends], now)
-    parts = _split_by_backend(stats.prepare(frame)) if frame is not None else {}
     rows = []
     for backend in backends:
-        part = parts.get(backend.full_name) or stats.prepare(stats.empty_jobs_frame())
-        figures = window_figures(part, window, now)
-        last = figures["last_result_at"] or getattr(backend, "last_result_at", None)
+        figures = computed.get(backend.id) or empty_figures()
+        usual_gap = figures.usual_gap
+        last = figures.last_result_at or getattr(backend, "last_result_at", None)
         override = overrides.get(backend.id)
         rows.append(
             SummaryRow(
                 backend=backend,
                 level=override.level if override else backend.level,
                 override=override,
-                pass_rate=figures["pass_rate"],
-                counts=figures["counts"],
-                execution_mean=figures["execution_mean"],
-                execution_p50=figures["execution_p50"],
-                stuck=figures["stuck"],
+                pass_rate=figures.pass_rate,
+                counts=figures.counts,
+                execution_mean=figures.execution_mean,
+                execution_p50=figures.execution_p50,
+                stuck=figures.stuck,
                 last_result_at=last,
-                usual_gap=figures["usual_gap"],
+                usual_gap=usual_gap,
                 stale=backend.level >= Level.L2
-                and is_stale(figures["last_result_at"], figures["usual_gap"], window),
+                and is_stale(figures.last_result_at, usual_gap, window),
                 on_hud=backend.level >= Level.L2,
                 state=states[backend.id],
             )

@@ -52,12 +52,15 @@ from hud.stats.frames import (
 )
 from hud.stats.health import (
     DEFAULT_STUCK_AFTER,
+    MIN_RESULTS_FOR_GAP,
+    USUAL_GAP_QUANTILE,
     Liveness,
     days_of_data,
     is_stuck,
     last_result_at,
     liveness,
     stuck_jobs,
+    usual_gap_seconds,
 )
 from hud.stats.intervals import (
     DEFAULT_MIN_N,
@@ -105,6 +108,7 @@ from hud.stats.rates import (
     flip_series,
     outcome_counts,
     pass_rate,
+    pass_rate_of_counts,
     rerun_rate,
     timeout_rate,
 )
@@ -134,12 +138,14 @@ __all__ = [
     "LOGICAL_JOB_KEY",
     "MAX_LOG_SECONDS",
     "METRIC_NAMES",
+    "MIN_RESULTS_FOR_GAP",
     "OVERRUN_SECONDS",
     "SPREAD_LOOKBACK",
     "SUCCESS",
     "SUPERSEDED",
     "TIMED_OUT",
     "TRUNK_REF",
+    "USUAL_GAP_QUANTILE",
     "Z95",
     "Estimate",
     "Jobs",
@@ -181,6 +187,7 @@ __all__ = [
     "overrun_flags",
     "overrun_rate",
     "pass_rate",
+    "pass_rate_of_counts",
     "percentile_estimate",
     "prepare",
     "proportion",
@@ -190,5 +197,6 @@ __all__ = [
     "timed_attempts",
     "timeout_rate",
     "timing_estimates",
+    "usual_gap_seconds",
     "wilson_interval",
 ]

@@ -6,12 +6,16 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from hud.stats.frames import Jobs, _in_window, prepare
 from hud.stats.intervals import DEFAULT_MIN_N, Estimate, proportion
 
 DEFAULT_STUCK_AFTER = dt.timedelta(hours=3)
+# Fewer completed results than this give no usual gap (`usual_gap_seconds`).
+MIN_RESULTS_FOR_GAP = 5
+USUAL_GAP_QUANTILE = 0.9
 
 
 def is_stuck(
@@ -76,3 +80,13 @@ def days_of_data(df: Jobs, start: dt.datetime, end: dt.datetime) -> int:
     df = prepare(df).rows
     rows = df[(df["status"] == "completed") & _in_window(df["placed_at"], start, end)]
     return int(rows["placed_at"].dt.floor("D").nunique())
+
+
+def usual_gap_seconds(times: np.ndarray) -> float | None:
+    """How long a backend usually goes between results: the 90th percentile (linear) of the
+    gaps between consecutive completed attempts (epoch seconds, any order); None with fewer
+    than `MIN_RESULTS_FOR_GAP` results."""
+    ordered = np.sort(times[~np.isnan(times)])
+    if len(ordered) < MIN_RESULTS_FOR_GAP:
+        return None
+    return float(np.quantile(np.diff(ordered), USUAL_GAP_QUANTILE))

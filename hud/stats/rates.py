@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 
+import numpy as np
 import pandas as pd
 
 from hud.stats.frames import LEG_SEVERITY, LOGICAL_JOB_KEY, Jobs, _in_window, prepare
@@ -16,6 +17,7 @@ from hud.stats.intervals import (
     DEFAULT_MIN_N,
     SPREAD_LOOKBACK,
     Estimate,
+    clustered_proportion,
     day_clustered_proportion,
     proportion,
 )
@@ -74,6 +76,25 @@ def pass_rate(
     latest = prepare(df).latest
     note = _excluded_note(_counts(_window_latest(latest, start, end)["outcome"]))
     return _share_of_counted(latest, "placed_at", SUCCESS, start, end, min_n, note)
+
+
+def pass_rate_of_counts(
+    counts: OutcomeCounts,
+    day_hits: np.ndarray,
+    day_sizes: np.ndarray,
+    *,
+    min_n: int = DEFAULT_MIN_N,
+) -> Estimate:
+    """`pass_rate` from counts aggregated elsewhere (the derived layer's): the window's
+    `counts` and, per UTC day of the spread's look-back, successes and counted jobs."""
+    return clustered_proportion(
+        counts.successes,
+        counts.counted,
+        day_hits,
+        day_sizes,
+        min_n=min_n,
+        note=_excluded_note(counts),
+    )
 
 
 def timeout_rate(
