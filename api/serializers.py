@@ -13,12 +13,20 @@ class FailedTestSerializer(serializers.ModelSerializer):
         fields = ["classname", "name", "message", "stacktrace", "duration"]
 
 
+class BlankAsNullField(serializers.CharField):
+    """Text stored as "" for "not yet" (a conclusion while the job runs), shown as null."""
+
+    def to_representation(self, value: str) -> str | None:
+        """The text, or None when blank."""
+        return value or None
+
+
 class JobSerializer(serializers.ModelSerializer):
-    """One attempt of one downstream job."""
+    """One attempt of one downstream job (a field per column: exports read them by path)."""
 
     downstream = serializers.CharField(source="downstream.full_name")
     level = serializers.CharField(source="downstream.get_level_display")
-    conclusion = serializers.SerializerMethodField()
+    conclusion = BlankAsNullField(read_only=True, allow_null=True)
 
     class Meta:
         model = Job
@@ -57,10 +65,6 @@ class JobSerializer(serializers.ModelSerializer):
             "failed_tests_truncated",
             "triage_verdict",
         ]
-
-    def get_conclusion(self, job: Job) -> str | None:
-        """Null while the job is in progress."""
-        return job.conclusion or None
 
 
 class JobDetailSerializer(JobSerializer):
