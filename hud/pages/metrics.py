@@ -29,11 +29,12 @@ def daily_rows(
     """`hud.stats.daily_series` per backend over the last `days` UTC days, from the rollups."""
     window = Window.ending(now, days)
     start = (now - dt.timedelta(days=days - 1)).replace(hour=0, minute=0, second=0, microsecond=0)
-    series = rollups.daily_series([b.id for b in backends], start, window.end, events)
-    parts = [series[b.id].assign(downstream=b.full_name) for b in backends]
-    if not parts:
+    if not backends:
         return pd.DataFrame(columns=["downstream", *stats.DAILY_COLUMNS])
-    return pd.concat(parts, ignore_index=True)[["downstream", *stats.DAILY_COLUMNS]]
+    table = rollups.daily_table([b.id for b in backends], start, window.end, events)
+    names = {b.id: b.full_name for b in backends}
+    table = table.assign(downstream=table["downstream_id"].map(names))
+    return table[["downstream", *stats.DAILY_COLUMNS]]
 
 
 def daily_records(daily: pd.DataFrame) -> list[dict[str, Any]]:

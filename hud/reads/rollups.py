@@ -10,7 +10,9 @@ import datetime as dt
 from collections.abc import Iterable
 
 import pandas as pd
-from django.db.models import F, Sum
+from django.db import connection
+from django.db.models import Aggregate, Case, F, FloatField, Sum, When
+from django.db.models.functions import Coalesce, TruncDate
 
 from hud import stats
 from hud.models import DailyRollup, Job
@@ -26,14 +28,15 @@ _TALLY = {
 _SUMS = ("runs", "execution_n", "execution_ms", "end_to_end_n", "end_to_end_ms")
 
 
-def daily_series(
+def daily_table(
     downstream_ids: list[int],
     start: dt.datetime,
     end: dt.datetime,
     events: Iterable[str] | None = None,
-) -> dict[int, pd.DataFrame]:
-    """`hud.stats.daily_series` of each backend over [start, end) (whole UTC days), read from
-    the rollups; means are over durations summed in whole milliseconds."""
+) -> pd.DataFrame:
+    """`hud.stats.daily_series` of every backend over [start, end) (whole UTC days) as one
+    table with a `downstream_id` column, read from the rollups; means are over durations
+    summed in whole milliseconds."""
     days = stats.day_index(start, end)
     rollups = DailyRollup.objects.filter(
         downstream_id__in=downstream_ids, day__gte=days[0].date(), day__lte=days[-1].date()
@@ -56,24 +59,19 @@ def daily_series(
     # Typed even when empty, so that days without rows fill with numbers, not objects.
     sums = sums.astype({name: "int64" for name in (*_TALLY.values(), *_SUMS)})
     sums["day"] = pd.to_datetime(sums["day"]).dt.tz_localize("UTC")
-    medians = _medians(timed)
-    out = {}
-    for downstream_id in downstream_ids:
-        mine = sums[sums["downstream_id"] == downstream_id].set_index("day")
-        tally = mine[list(_TALLY.values())].rename(columns={v: k for k, v in _TALLY.items()})
-        durations = pd.DataFrame(
-            {
-                "runs": mine["runs"],
-                "mean_execution_seconds": _mean(mine["execution_ms"], mine["execution_n"]),
-                "mean_end_to_end_seconds": _mean(mine["end_to_end_ms"], mine["end_to_end_n"]),
-            }
-        )
-        durations = durations[durations["runs"] > 0].join(
-            medians[medians["downstream_id"] == downstream_id].set_index("day"), how="left"
-        )
-        frame = stats.daily_frame(days, tally, durations.drop(columns="downstream_id"))
-        out[downstream_id] = frame
-    return out
+    sums = sums.set_index(["downstream_id", "day"])
+    tally = sums[list(_TALLY.values())].rename(columns={v: k for k, v in _TALLY.items()})
+    durations = pd.DataFrame(
+        {
+            "runs": sums["runs"],
+            "mean_execution_seconds": _mean(sums["execution_ms"], sums["execution_n"]),
+            "mean_end_to_end_seconds": _mean(sums["end_to_end_ms"], sums["end_to_end_n"]),
+        }
+    )
+    medians = _medians(timed).set_index(["downstream_id", "day"])
+    durations = durations[durations["runs"] > 0].join(medians, how="left")
+    every_day = pd.MultiIndex.from_product([downstream_ids, days], names=["downstream_id", "day"])
+    return stats.daily_frame(every_day, tally, durations)
 
 
 def _mean(total_ms: pd.Series, n: pd.Series) -> pd.Series:
@@ -81,17 +79,38 @@ def _mean(total_ms: pd.Series, n: pd.Series) -> pd.Series:
 
 
 def _medians(timed) -> pd.DataFrame:
-    """Per backend and day: the median execution and end-to-end seconds of timed attempts."""
-    rows = pd.DataFrame.from_records(
-        timed.values_list("downstream_id", "placed_at", "queue_seconds", "execution_seconds"),
-        columns=["downstream_id", "placed_at", "queue_seconds", "execution_seconds"],
+    """Per backend and day: the median execution and end-to-end seconds of timed attempts
+    (`stats.end_to_end_seconds`); on PostgreSQL the medians are taken in SQL."""
+    execution = F("execution_seconds")
+    end_to_end = Case(
+        When(execution_seconds__isnull=False, then=execution + Coalesce("queue_seconds", 0.0)),
+        output_field=FloatField(),
     )
-    rows["day"] = pd.to_datetime(rows["placed_at"], utc=True).dt.floor("D")
-    rows["e2e"] = stats.end_to_end_seconds(
-        rows.astype({"queue_seconds": float, "execution_seconds": float})
-    )
-    medians = rows.groupby(["downstream_id", "day"]).agg(
-        p50_execution_seconds=("execution_seconds", "median"),
-        p50_end_to_end_seconds=("e2e", "median"),
-    )
-    return medians.reset_index()
+    per_day = timed.annotate(day=TruncDate("placed_at", tzinfo=dt.UTC), e2e=end_to_end)
+    columns = ["downstream_id", "day", "p50_execution_seconds", "p50_end_to_end_seconds"]
+    if connection.vendor == "postgresql":
+        rows = pd.DataFrame.from_records(
+            per_day.values_list("downstream_id", "day")
+            .annotate(execution=Median(execution), e2e_median=Median(F("e2e")))
+            .order_by(),
+            columns=columns,
+        )
+    else:
+        values = pd.DataFrame.from_records(
+            per_day.values_list("downstream_id", "day", "execution_seconds", "e2e").order_by(),
+            columns=columns,
+        )
+        values = values.astype({"p50_execution_seconds": float, "p50_end_to_end_seconds": float})
+        rows = values.groupby(["downstream_id", "day"], as_index=False).median()
+    rows = rows.astype({"p50_execution_seconds": float, "p50_end_to_end_seconds": float})
+    rows["day"] = pd.to_datetime(rows["day"]).dt.tz_localize("UTC")
+    return rows
+
+
+class Median(Aggregate):
+    """PostgreSQL's exact median (linear interpolation, as pandas' median), nulls ignored."""
+
+    name = "Median"
+    function = "percentile_cont"
+    template = "%(function)s(0.5) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = FloatField()

@@ -70,19 +70,25 @@ def daily_series(
 
 
 def daily_frame(
-    days: pd.DatetimeIndex,
+    days: pd.Index,
     tally: pd.DataFrame,
     durations: pd.DataFrame,
     *,
     min_n: int = DEFAULT_MIN_N,
 ) -> pd.DataFrame:
     """The rows of `daily_series` from per-day outcome counts (columns `COUNTED`, superseded,
-    excluded) and per-day durations (runs, means and medians), both indexed by day."""
+    excluded) and per-day durations (runs, means and medians), both indexed by `days`.
+
+    `days` is the UTC midnights, or a MultiIndex whose last level is, such as (backend, day):
+    its other levels become the first columns, so many series are built in one pass.
+    """
     columns = [*COUNTED, SUPERSEDED, EXCLUDED]
     tally = tally.reindex(index=days, columns=columns, fill_value=0).astype(int)
     durations = durations.reindex(days)
     records = []
-    for day, row in zip(days, tally.itertuples(index=False, name=None), strict=True):
+    for day, row in zip(
+        days.get_level_values(-1), tally.itertuples(index=False, name=None), strict=True
+    ):
         counts = OutcomeCounts(*row[:4], superseded=row[4], excluded=row[5])
         estimate = _pass_rate_from_counts(counts, min_n)
         records.append(
@@ -100,4 +106,8 @@ def daily_frame(
         )
     out = pd.DataFrame.from_records(records, columns=DAILY_COLUMNS[:9])
     durations = durations.reset_index(drop=True).fillna({"runs": 0}).astype({"runs": "int64"})
-    return pd.concat([out, durations], axis=1)[DAILY_COLUMNS]
+    out = pd.concat([out, durations], axis=1)[DAILY_COLUMNS]
+    if days.nlevels == 1:
+        return out
+    keys = days.to_frame(index=False).iloc[:, :-1]
+    return pd.concat([keys, out], axis=1)
