@@ -1,7 +1,8 @@
 """Page latency at two history sizes: does a windowed page grow with history? Not run in CI.
 
-Fills two PostgreSQL databases with COPY (not the HTTP path): 1,000,000 jobs over a year across
-50 backends, and 100,000 jobs at the same per-day density (36.5 days), with the deliveries,
+Fills PostgreSQL databases with COPY (not the HTTP path): 1,000,000 jobs over a year across
+50 backends, 100,000 jobs at the same per-day density (36.5 days), and the same 100,000 with a
+heavy case (10 % of failing jobs report 200-400 distinct failed tests), with the deliveries,
 dispatches and failed tests that go with them. Then it requests every HUD page in-process
 (Django test client, DEBUG off) and reports p50/p95 latency and the share spent in SQL.
 
@@ -28,7 +29,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
-SIZES = {"1m": (1_000_000, 365.0), "100k": (100_000, 36.5)}
+# name: (jobs, days, heavy). Heavy: 10 % of failing jobs report 200-400 distinct failed tests
+# each (issue 14's case that must not slow or break anyone's view).
+SIZES = {
+    "1m": (1_000_000, 365.0, False),
+    "100k": (100_000, 36.5, False),
+    "100k-heavy": (100_000, 36.5, True),
+}
+HEAVY_SHARE = 0.10
 BACKENDS = 50
 JOB_NAMES = ("build", "test-ops", "test-nn", "test-distributed")
 FAILURE_RATE = 0.06
@@ -70,7 +78,7 @@ def create_database(database: str, refill: bool) -> bool:
     return True
 
 
-def fill(total: int, days: float, now: dt.datetime) -> dict[str, int]:
+def fill(total: int, days: float, now: dt.datetime, heavy: bool = False) -> dict[str, int]:
     """COPY `total` jobs over `days` days ending at `now` into the configured database."""
     from django.core.management import call_command
     from django.db import connection
@@ -173,7 +181,13 @@ def fill(total: int, days: float, now: dt.datetime) -> dict[str, int]:
                                  None if in_progress else execution, "server", False, "")
                             )  # fmt: skip
                             if conclusion == "failure" and not in_progress:
-                                failed.append((job_id, job, rng.randint(0, 30)))
+                                flood = heavy and rng.random() < HEAVY_SHARE
+                                tests = (
+                                    [f"{job_id}_{k}" for k in range(rng.randint(200, 400))]
+                                    if flood
+                                    else [str(rng.randint(0, 30))]
+                                )
+                                failed += [(job_id, job, test) for test in tests]
                             begin = done + dt.timedelta(minutes=15)
         counts["jobs"] = job_id
         with cur.copy(
@@ -263,15 +277,15 @@ def measure(repeat: int) -> dict[str, dict[str, float]]:
 
 def child(size: str, refill: bool, repeat: int) -> None:
     """Fill (if needed) and measure one size; print JSON on the last line."""
-    total, days = SIZES[size]
-    database = f"crcr_bench_{size}"
+    total, days, heavy = SIZES[size]
+    database = f"crcr_bench_{size.replace('-', '_')}"
     must_fill = create_database(database, refill)
     _setup_django(database)
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     counts = {}
     if must_fill:
         began = time.perf_counter()
-        counts = fill(total, days, now)
+        counts = fill(total, days, now, heavy)
         counts["fill_seconds"] = round(time.perf_counter() - began, 1)
         print(f"[{size}] filled {counts}", file=sys.stderr)
     from hud.models import Job
@@ -281,7 +295,7 @@ def child(size: str, refill: bool, repeat: int) -> None:
 
 
 def main() -> None:
-    """Run both sizes in subprocesses and print a Markdown table."""
+    """Run every size (or `--only` one) in subprocesses and print a Markdown table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=list(SIZES), help=argparse.SUPPRESS)
     parser.add_argument("--refill", action="store_true", help="drop and refill the databases")
@@ -292,7 +306,7 @@ def main() -> None:
         child(args.size, args.refill, args.repeat)
         return
     outputs = {}
-    for size in [args.only] if args.only else ["100k", "1m"]:
+    for size in [args.only] if args.only else list(SIZES):
         command = [sys.executable, __file__, "--size", size, "--repeat", str(args.repeat)]
         if args.refill:
             command.append("--refill")
@@ -300,23 +314,28 @@ def main() -> None:
         sys.stderr.write(done.stderr[-2000:])
         outputs[size] = json.loads(done.stdout.strip().splitlines()[-1])
     print(json.dumps(outputs, indent=2), file=sys.stderr)
-    small, large = outputs.get("100k"), outputs.get("1m")
-    print("| page | 100k p50 / p95 ms | 1M p50 / p95 ms | 1M ÷ 100k (p50) | SQL share 100k / 1M |")
-    print("|---|---|---|---|---|")
-    for name in (large or small)["pages"]:
+    print(table(outputs))
+
+
+def table(outputs: dict[str, dict]) -> str:
+    """The Markdown table of docs/performance.md: p50 / p95 per size, 1M ÷ 100k, SQL shares."""
+    small, large, heavy = (outputs.get(size) for size in ("100k", "1m", "100k-heavy"))
+    lines = [
+        "| page | 100k p50 / p95 ms | 1M p50 / p95 ms | 1M ÷ 100k (p50) | 100k heavy p50 ms"
+        " | SQL share 100k / 1M / heavy |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in next(result for result in (large, small, heavy) if result)["pages"]:
+        figures = [result["pages"][name] if result else None for result in (small, large, heavy)]
         row = [name]
-        for result in (small, large):
-            figures = result["pages"][name] if result else None
-            row.append(f"{figures['p50_ms']:.0f} / {figures['p95_ms']:.0f}" if figures else "—")
-        if small and large:
-            ratio = large["pages"][name]["p50_ms"] / small["pages"][name]["p50_ms"]
-            row.append(f"{ratio:.2f}×")
-            row.append(
-                f"{small['pages'][name]['sql_share']:.0%} / {large['pages'][name]['sql_share']:.0%}"
-            )
-        else:
-            row += ["—", "—"]
-        print("| " + " | ".join(row) + " |")
+        for each in figures[:2]:
+            row.append(f"{each['p50_ms']:.0f} / {each['p95_ms']:.0f}" if each else "—")
+        both = figures[0] and figures[1]
+        row.append(f"{figures[1]['p50_ms'] / figures[0]['p50_ms']:.2f}×" if both else "—")
+        row.append(f"{figures[2]['p50_ms']:.0f}" if figures[2] else "—")
+        row.append(" / ".join(f"{each['sql_share']:.0%}" if each else "—" for each in figures))
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
