@@ -113,12 +113,28 @@ def is_stale(last_result_at: dt.datetime | None, usual_gap: float | None, window
 
 def latest_with_status(prepared: stats.PreparedJobs, now: dt.datetime) -> pd.DataFrame:
     """The latest attempt of each logical job with its display status (`cell_status`)."""
-    latest = prepared.latest
     stuck_ids = set(stats.stuck_jobs(prepared, now)["id"].tolist())
+    return _with_display(prepared.latest, [job_id in stuck_ids for job_id in prepared.latest["id"]])
+
+
+def logical_with_status(latest: pd.DataFrame, now: dt.datetime) -> pd.DataFrame:
+    """`latest_with_status` of a frame read from the derived layer (`hud.reads.logical`):
+    stuck is judged on the latest attempt's own row, as `stats.stuck_jobs` does."""
+    stuck = [
+        stats.is_stuck(status, None if pd.isna(received) else received, placed, now)
+        for status, received, placed in zip(
+            latest["row_status"], latest["in_progress_received_at"], latest["placed_at"],
+            strict=True,
+        )
+    ]  # fmt: skip
+    return _with_display(latest, stuck)
+
+
+def _with_display(latest: pd.DataFrame, stuck: list[bool]) -> pd.DataFrame:
     statuses = [
-        cell_status(status, conclusion, job_id in stuck_ids)
-        for status, conclusion, job_id in zip(
-            latest["status"], latest["conclusion"], latest["id"], strict=True
+        cell_status(status, conclusion, is_stuck)
+        for status, conclusion, is_stuck in zip(
+            latest["status"], latest["conclusion"], stuck, strict=True
         )
     ]
     return latest.assign(display=pd.Series(statuses, index=latest.index, dtype=object))

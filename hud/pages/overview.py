@@ -16,18 +16,18 @@ from hud.models import Downstream, Job, Level, LevelOverride
 from hud.pages.common import (
     EMBED_FAILING,
     EMBED_PENDING,
+    NIGHTLY_EVENTS,
     BackendState,
     Window,
     backend_states,
     badge,
     cell_status,
     embed_state,
-    frame_of,
     is_stale,
-    latest_with_status,
+    logical_with_status,
 )
 from hud.pages.matrices import column_order
-from hud.reads import selectors
+from hud.reads import logical, selectors
 from hud.reads.window import empty_figures, window_figures
 from hud.stats import Estimate, OutcomeCounts
 
@@ -140,14 +140,14 @@ class NightlyRow:
 def nightly_rows(backends: list[Downstream], now: dt.datetime) -> list[NightlyRow]:
     """Each L2+ backend's newest nightly run (two queries), worst result first."""
     on_hud = [b for b in backends if b.level >= Level.L2]
-    runs = selectors.latest_nightly_runs([b.id for b in on_hud])
+    runs = logical.newest_nightlies([b.id for b in on_hud], NIGHTLY_EVENTS)
     rows = []
     for backend in on_hud:
-        jobs = runs.get(backend.id)
-        if not jobs:
+        run = runs.get(backend.id)
+        if run is None:
             rows.append(NightlyRow(backend))
             continue
-        latest = latest_with_status(stats.prepare(frame_of(jobs)), now)
+        latest = logical_with_status(run, now)
         statuses = sorted(
             zip(latest["workflow_name"], latest["job_name"], latest["display"], strict=True),
             key=lambda item: column_order((item[0], item[1])),
@@ -157,9 +157,9 @@ def nightly_rows(backends: list[Downstream], now: dt.datetime) -> list[NightlyRo
         rows.append(
             NightlyRow(
                 backend,
-                head_sha=jobs[-1].head_sha,
-                event_type=jobs[-1].event_type,
-                placed_at=max(job.placed_at for job in jobs),
+                head_sha=latest["head_sha"].iloc[0],
+                event_type=latest.sort_values("placed_at")["event_type"].iloc[-1],
+                placed_at=latest["placed_at"].max().to_pydatetime(),
                 statuses=statuses,
                 result=embed_state(failing, pending),
             )

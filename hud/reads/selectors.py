@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 from django.conf import settings
-from django.db.models import Count, Exists, Max, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db.models import Count, Exists, Max, OuterRef, Prefetch, QuerySet, Subquery
 
 from hud import stats
 from hud.levels import active_overrides  # noqa: F401  (one copy, in hud.levels)
@@ -347,40 +347,3 @@ def sent_to_l2_plus(start: dt.datetime, end: dt.datetime) -> QuerySet[Dispatch]:
         dispatched_at__gte=start,
         dispatched_at__lte=end,
     ).annotate(answered=Exists(answered))
-
-
-NIGHTLY_EVENTS = ("nightly", "periodic")
-
-
-def latest_nightly_runs(downstream_ids: list[int]) -> dict[int, list[Job]]:
-    """Every attempt of each backend's newest nightly/periodic SHA (two queries, any count).
-
-    The newest SHA is the one of the backend's most recently placed nightly attempt; its
-    attempts are loaded whole so the caller can take the latest attempt of each job.
-    """
-    newest = (
-        Job.objects.filter(downstream=OuterRef("pk"), event_type__in=NIGHTLY_EVENTS)
-        .order_by("-placed_at", "-id")
-        .values("head_sha")[:1]
-    )
-    pairs = [
-        (downstream_id, sha)
-        for downstream_id, sha in Downstream.objects.filter(id__in=downstream_ids)
-        .annotate(nightly_sha=Subquery(newest))
-        .values_list("id", "nightly_sha")
-        if sha
-    ]
-    runs: dict[int, list[Job]] = {}
-    if not pairs:
-        return runs
-    condition = Q()
-    for downstream_id, sha in pairs:
-        condition |= Q(downstream_id=downstream_id, head_sha=sha)
-    rows = (
-        Job.objects.filter(condition, event_type__in=NIGHTLY_EVENTS)
-        .select_related("downstream")
-        .order_by("placed_at", "id")
-    )
-    for job in rows:
-        runs.setdefault(job.downstream_id, []).append(job)
-    return runs

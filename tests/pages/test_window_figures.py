@@ -3,6 +3,7 @@
 import datetime as dt
 from unittest import mock
 
+import pandas as pd
 import pytest
 from django.db import transaction
 from hypothesis import given, settings
@@ -10,8 +11,9 @@ from hypothesis import strategies as st
 
 from hud import stats
 from hud.core import clock
-from hud.models import Downstream, Level
-from hud.reads import selectors, window
+from hud.models import Downstream, Level, LogicalJob
+from hud.pages.common import latest_with_status, logical_with_status
+from hud.reads import logical, selectors, window
 from hud.reads.window import empty_figures, window_figures
 from tests.conftest import NOW
 from tests.ingestion.test_derived import REPO, _play, callbacks
@@ -113,3 +115,26 @@ def test_a_backend_without_results_has_empty_figures(db):
     assert figures.pass_rate.value is None and figures.execution_p50.value is None
     assert figures.last_result_at is None and figures.stuck == 0
     assert figures.usual_gap is None
+
+
+@pytest.mark.django_db
+@settings(max_examples=40, deadline=None)
+@given(st.lists(steps, min_size=10, max_size=40))
+def test_latest_attempts_from_the_layer_equal_hud_stats(script):
+    with clock.frozen_at(NOW) as moving, transaction.atomic():
+        backend = builders.downstream(REPO, Level.L2)
+        for step in script:
+            _play(backend, step, moving)
+        now = moving.advance(minutes=1)
+
+        derived = logical_with_status(logical.latest_frame(LogicalJob.objects.all()), now)
+        prepared = stats.prepare(selectors.jobs_frame(NOW - dt.timedelta(days=60), now))
+        expected = latest_with_status(prepared, now)
+
+        columns = [*stats.JOB_COLUMNS, "attempts", "outcome", "display"]
+        pd.testing.assert_frame_equal(
+            derived[columns].reset_index(drop=True),
+            expected[columns].reset_index(drop=True),
+            check_dtype=False,
+        )
+        transaction.set_rollback(True)
