@@ -185,7 +185,8 @@ def results_page(
     title: str = "",
     verdicts: dict[int, dict[str, Any]] | None = None,
 ) -> ResultsPage | None:
-    """Group a PR's or commit's attempts by backend (latest per logical job); None if empty.
+    """Group a PR's or commit's attempts by backend (latest per logical job, with its failed
+    tests); None if empty.
 
     `verdicts` maps attempt ids to their logical job's verdict (`attribution.index_by_job`).
     """
@@ -226,8 +227,10 @@ def _add_reported(
         by_key[tuple(getattr(job, name) for name in selectors.LOGICAL_KEY_FIELDS)].append(job)
     logical = selectors.logical_jobs_of(jobs)
     by_id = {job.id: job for job in jobs}
+    latest_ids = [row["latest_job_id"] for row in logical]
     # A latest attempt reported under another PR than the page's (a SHA pushed to two PRs).
-    by_id.update(selectors.attempts_by_id({row["latest_job_id"] for row in logical} - set(by_id)))
+    by_id.update(selectors.latest_attempt_rows([i for i in latest_ids if i not in by_id]))
+    failed_tests = selectors.failed_tests_for(latest_ids)  # shown for latest attempts only
     reported: set[tuple[int, str]] = set()
     for row in _newest_first(logical, by_id):
         job = by_id[row["latest_job_id"]]
@@ -239,7 +242,7 @@ def _add_reported(
                 job=job,
                 status=cell_status(row["latest_status"], row["latest_conclusion"], stuck),
                 attempts=row["attempts"],
-                failed_tests=list(job.failed_tests.all()),
+                failed_tests=failed_tests[job.id],
                 earlier=[
                     a for a in attempts if (a.run_id, a.run_attempt) < (job.run_id, job.run_attempt)
                 ],

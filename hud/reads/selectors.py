@@ -98,14 +98,6 @@ def logical_jobs_of(attempts: list[Job]) -> list[dict]:
     return [row for row in rows if tuple(row[name] for name in LOGICAL_KEY_FIELDS) in keys]
 
 
-def attempts_by_id(ids: set[int]) -> dict[int, Job]:
-    """Job rows by id with their backend and failed tests (two queries; none for no ids)."""
-    if not ids:
-        return {}
-    queryset = jobs_with_failed_tests(Job.objects.select_related("downstream").filter(id__in=ids))
-    return {job.id: job for job in queryset}
-
-
 def pr_title(number: int) -> str:
     """The PR's title from its latest delivery, if any delivery told us."""
     delivery = (
