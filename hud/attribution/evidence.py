@@ -29,7 +29,8 @@ from hud.core import clock
 from hud.models import FailedTest, Job, LogicalJob
 from hud.reads import selectors
 
-# The stats frame's columns plus what verdicts and their evidence need.
+# An attempt row: the stats frame's columns plus what verdicts and their evidence need (read
+# only where the derived rows do not describe the moment judged, `_latest_on`).
 _JOB_FIELDS = (
     *selectors.FRAME_COLUMNS,
     "downstream_id",
@@ -101,7 +102,8 @@ def _logical_rows(queryset) -> list[dict[str, Any]]:
 
 
 def _latest_map(rows: list[dict[str, Any]]) -> dict[LogicalKey, dict]:
-    """The latest attempt of each logical job among attempt rows, through hud.stats."""
+    """The latest attempt of each logical job among attempt rows, through hud.stats (the rule
+    the derived layer keeps at write time)."""
     if not rows:
         return {}
     prepared = stats.prepare(stats.coerce_jobs_frame(pd.DataFrame.from_records(rows)))
@@ -121,7 +123,7 @@ class _Loaded:
     latest: dict[LogicalKey, dict[str, Any]]
     attempt_ids: dict[LogicalKey, list[int]]
     tests_by_job: dict[int, list[dict[str, Any]]]
-    references: dict[int, list[tuple[str, dict[str, Any]]]]
+    references: dict[int, list[tuple[str, dict[str, Any]]]]  # judged attempt id → (kind, row)
     failing_by_sha: dict[str, list[dict[str, Any]]]
     successes: dict[LogicalKey, list[dict[str, Any]]]
     # Cross-commit evidence: failures of the judged tests on this backend in the window, per
