@@ -11,11 +11,11 @@ import pandas as pd
 from django.db.models import Q
 
 from hud import stats
-from hud.attribution.evidence import _latest_map, _rows
+from hud.attribution.evidence import REFERENCE_KINDS, _logical_rows
 from hud.attribution.identity import _key, _ref_summary
 from hud.attribution.policy import REFERENCE_OUTCOMES, AttributionPolicy, load_attribution_policy
 from hud.attribution.verdicts import _verdicts, verdict_counts
-from hud.models import Job
+from hud.models import Job, LogicalJob
 
 
 def _bisect_hints(
@@ -26,20 +26,21 @@ def _bisect_hints(
         return {}
     latest_time = max(pd.Timestamp(item["placed_at"]) for item in failing).to_pydatetime()
     earliest = min(pd.Timestamp(item["placed_at"]) for item in failing).to_pydatetime()
-    rows = _rows(
-        Job.objects.filter(
-            Q(event_type="push", ref=stats.TRUNK_REF) | Q(event_type="nightly"),
+    # The trunk/nightly logical jobs of the failing jobs' backends in the lookback (the derived
+    # layer: one row per logical job, by its latest attempt).
+    rows = _logical_rows(
+        LogicalJob.objects.filter(
+            Q(*REFERENCE_KINDS.values(), _connector=Q.OR),
             downstream__full_name__in={item["downstream"] for item in failing},
             job_name__in={item["job_name"] for item in failing},
+            outcome__in=REFERENCE_OUTCOMES,
             placed_at__gte=earliest - dt.timedelta(days=policy.bisect_lookback_days),
             placed_at__lte=latest_time,
         )
     )
-    _, latest = _latest_map(rows)
     series: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
-    for row in latest.values():
-        if row["outcome"] in REFERENCE_OUTCOMES:
-            series[(row["downstream"], row["workflow_name"], row["job_name"])].append(row)
+    for row in rows:
+        series[(row["downstream"], row["workflow_name"], row["job_name"])].append(row)
     hints = {}
     for item in failing:
         key = (item["downstream"], item["workflow_name"], item["job_name"])
@@ -96,7 +97,9 @@ def commit_view(sha: str, *, until: dt.datetime | None = None) -> dict[str, Any]
     )
     if until is not None:
         queryset = queryset.filter(placed_at__lt=until)
-    rows = _rows(queryset)
+    rows = list(queryset.values("downstream__full_name", *stats.LOGICAL_JOB_KEY[1:], "pr_number"))
+    for row in rows:
+        row["downstream"] = row.pop("downstream__full_name")
     if not rows:
         return None
     policy = load_attribution_policy()

@@ -1,6 +1,7 @@
-"""The evidence the rules read: job rows, latest attempts (through hud.stats), references,
-failed tests and cross-commit failures, loaded in bulk (`_load`), and one job's cross-commit
-evidence (`_cross_commit`), its references and the other backends failing on its SHA."""
+"""The evidence the rules read, loaded in bulk (`_load`): the latest attempt of each logical job
+(the derived layer, `hud.models.LogicalJob`), its attempts, references, failed tests and
+cross-commit failures; and one job's cross-commit evidence (`_cross_commit`), its references
+and the other backends failing on its SHA."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-from django.db.models import Count, Max, Q
+from django.db.models import Count, DateTimeField, ExpressionWrapper, Max, OuterRef, Q, Subquery
 
 from hud import stats
 from hud.attribution.identity import (
@@ -25,10 +26,11 @@ from hud.attribution.identity import (
 )
 from hud.attribution.policy import JUDGED_OUTCOMES, REFERENCE_OUTCOMES, AttributionPolicy
 from hud.core import clock
-from hud.models import FailedTest, Job
+from hud.models import FailedTest, Job, LogicalJob
 from hud.reads import selectors
 
-# The stats frame's columns plus what verdicts and their evidence need.
+# An attempt row: the stats frame's columns plus what verdicts and their evidence need (read
+# only where the derived rows do not describe the moment judged, `_latest_on`).
 _JOB_FIELDS = (
     *selectors.FRAME_COLUMNS,
     "downstream_id",
@@ -39,6 +41,49 @@ _JOB_FIELDS = (
     "workflow_url",
     "triage_verdict",
 )
+# The same row read from the derived layer: row key → LogicalJob lookup. The logical job's own
+# columns are its latest attempt's; `status` and `conclusion` are the attempt's (worst leg, open
+# while any leg is), as hud.stats derives them.
+_LATEST_FIELDS = {
+    "logical_id": "id",
+    "id": "latest_job_id",
+    "downstream": "downstream__full_name",
+    "downstream_id": "downstream_id",
+    "event_type": "event_type",
+    "pr_number": "pr_number",
+    "head_sha": "head_sha",
+    "workflow_name": "workflow_name",
+    "job_name": "job_name",
+    "ref": "ref",
+    "status": "latest_status",
+    "conclusion": "latest_conclusion",
+    "outcome": "outcome",
+    "attempts": "attempts",
+    "placed_at": "placed_at",
+    "closed_by_sweeper": "latest_job__closed_by_sweeper",
+    "run_id": "latest_job__run_id",
+    "run_attempt": "latest_job__run_attempt",
+    "tests_passed": "latest_job__tests_passed",
+    "tests_failed": "latest_job__tests_failed",
+    "tests_skipped": "latest_job__tests_skipped",
+    "tests_total": "latest_job__tests_total",
+    "workflow_url": "latest_job__workflow_url",
+    "triage_verdict": "latest_job__triage_verdict",
+}
+# The columns of an attempt that rule 1 and the attempt ids of a verdict need.
+_ATTEMPT_FIELDS = (
+    "downstream__full_name",
+    "event_type",
+    "head_sha",
+    "workflow_name",
+    "job_name",
+    "id",
+    "status",
+    "conclusion",
+    "run_id",
+    "run_attempt",
+    "workflow_url",
+)
 
 
 def _rows(queryset) -> list[dict[str, Any]]:
@@ -48,36 +93,37 @@ def _rows(queryset) -> list[dict[str, Any]]:
     return rows
 
 
-def _classified(rows: list[dict[str, Any]]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(attempts, latest with `outcome`) of job rows, through hud.stats (one definition)."""
+def _logical_rows(queryset) -> list[dict[str, Any]]:
+    """LogicalJob rows as latest-attempt rows (`_LATEST_FIELDS`)."""
+    return [
+        {name: row[lookup] for name, lookup in _LATEST_FIELDS.items()}
+        for row in queryset.values(*_LATEST_FIELDS.values())
+    ]
+
+
+def _latest_map(rows: list[dict[str, Any]]) -> dict[LogicalKey, dict]:
+    """The latest attempt of each logical job among attempt rows, through hud.stats (the rule
+    the derived layer keeps at write time)."""
     if not rows:
-        empty = stats.empty_jobs_frame()
-        return empty, empty.assign(outcome=pd.Series(dtype=object))
-    frame = stats.coerce_jobs_frame(pd.DataFrame.from_records(rows))
-    prepared = stats.prepare(frame)
-    return prepared.attempts, prepared.latest
-
-
-def _latest_map(rows: list[dict[str, Any]]) -> tuple[pd.DataFrame, dict[LogicalKey, dict]]:
-    attempts, latest = _classified(rows)
+        return {}
+    prepared = stats.prepare(stats.coerce_jobs_frame(pd.DataFrame.from_records(rows)))
     by_id = {row["id"]: row for row in rows}
     out = {}
-    for record in latest.to_dict("records"):
+    for record in prepared.latest.to_dict("records"):
         merged = {**by_id[int(record["id"])], **record}
         merged["attempts"] = int(record["attempts"])
         out[_key(merged)] = merged
-    return attempts, out
+    return out
 
 
 @dataclass
 class _Loaded:
     """Everything the rules read, loaded in bulk."""
 
-    attempts: pd.DataFrame
     latest: dict[LogicalKey, dict[str, Any]]
-    rows_by_id: dict[int, dict[str, Any]]
+    attempt_ids: dict[LogicalKey, list[int]]
     tests_by_job: dict[int, list[dict[str, Any]]]
-    references: dict[tuple[str, str, str], list[dict[str, Any]]]
+    references: dict[int, list[tuple[str, dict[str, Any]]]]  # judged attempt id → (kind, row)
     failing_by_sha: dict[str, list[dict[str, Any]]]
     successes: dict[LogicalKey, list[dict[str, Any]]]
     # Cross-commit evidence: failures of the judged tests on this backend in the window, per
@@ -146,32 +192,32 @@ def _load(
     policy: AttributionPolicy,
     until: dt.datetime | None,
 ) -> _Loaded:
-    """Bulk-load attempts, failed tests, references and cross-commit evidence for `keys`."""
+    """Bulk-load latest attempts, attempts, failed tests, references and cross-commit evidence
+    for `keys`: a constant number of queries, each bounded by the keys' SHAs or their window."""
     judged_at = until or clock.now()
-    universe = _universe({key[2] for key in keys}, until)
-    attempts, latest = _latest_map(universe)
+    latest = _latest_on({key[2] for key in keys}, until)
     judged = [latest[key] for key in keys if key in latest]
     judged = [row for row in judged if row["outcome"] in JUDGED_OUTCOMES]
-    references, ref_latest = _references(judged, policy)
+    references = _references(judged, policy)
     # Failed tests of every failing latest attempt on these SHAs and of failed references.
     failing_latest = [row for row in latest.values() if row["outcome"] in JUDGED_OUTCOMES]
     wanted = {row["id"] for row in failing_latest}
-    wanted |= {row["id"] for row in ref_latest.values() if row["outcome"] == stats.FAILURE}
-    tests_by_job = _failed_tests_by_job(wanted)
+    wanted |= {
+        ref["id"]
+        for refs in references.values()
+        for _, ref in refs
+        if ref["outcome"] == stats.FAILURE
+    }
     failing_by_sha: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in failing_latest:
         failing_by_sha[row["head_sha"]].append(row)
     # Cross-commit evidence of the judged jobs' failed tests and jobs, on their backends.
     test_failures, runs = _cross_commit_rows(judged, policy, judged_at)
-    successes: dict[LogicalKey, list[dict[str, Any]]] = defaultdict(list)
-    for row in universe:
-        if row["status"] == Job.Status.COMPLETED and row["conclusion"] == Job.Conclusion.SUCCESS:
-            successes[_key(row)].append(row)
+    attempt_ids, successes = _attempts_of(keys, until)
     return _Loaded(
-        attempts,
         latest,
-        {row["id"]: row for row in universe},
-        tests_by_job,
+        attempt_ids,
+        _failed_tests_by_job(wanted),
         references,
         failing_by_sha,
         successes,
@@ -181,46 +227,125 @@ def _load(
     )
 
 
-def _universe(shas: set[str], until: dt.datetime | None) -> list[dict[str, Any]]:
-    """Every attempt on these SHAs (all backends: the cross-backend evidence) and of the PRs
-    they belong to (what decides whether a cancel was superseded), placed before `until`."""
-    bound = Q(placed_at__lt=until) if until is not None else Q()
+def _latest_on(shas: set[str], until: dt.datetime | None) -> dict[LogicalKey, dict[str, Any]]:
+    """The latest attempt of every logical job on these SHAs (all backends: the cross-backend
+    evidence) as of `until`: its derived row, re-derived from the attempts placed before `until`
+    only on the SHAs where a later write changed what the row says (`_changed_after`)."""
+    latest = {_key(row): row for row in _logical_rows(LogicalJob.objects.filter(head_sha__in=shas))}
+    stale = _changed_after(latest, shas, until) if until is not None else set()
+    if stale:
+        latest = {key: row for key, row in latest.items() if key[2] not in stale}
+        latest.update(_latest_map(_universe(stale, until)))
+    return latest
+
+
+def _changed_after(
+    latest: dict[LogicalKey, dict[str, Any]], shas: set[str], until: dt.datetime
+) -> set[str]:
+    """The SHAs among `shas` whose derived rows do not describe the moment `until`: an attempt on
+    them was placed at or after it, or a cancel on them may have been superseded only later (a
+    row of its backend and PR placed at or after `until`; supersession only ever gets added, so
+    a cancel the layer does not call superseded was not superseded at `until` either)."""
+    prs = {row["pr_number"] for row in latest.values() if row["pr_number"]}
+    late = set(
+        Job.objects.filter(Q(head_sha__in=shas) | Q(pr_number__in=prs), placed_at__gte=until)
+        .values_list("downstream_id", "pr_number", "head_sha")
+        .distinct()
+    )
+    prs_written_later = {(downstream, pr) for downstream, pr, _ in late if pr}
+    return {sha for _, _, sha in late if sha in shas} | {
+        row["head_sha"]
+        for row in latest.values()
+        if row["outcome"] == stats.SUPERSEDED
+        and (row["downstream_id"], row["pr_number"]) in prs_written_later
+    }
+
+
+def _universe(shas: set[str], until: dt.datetime) -> list[dict[str, Any]]:
+    """Every attempt on these SHAs and of the PRs they belong to (what decides whether a cancel
+    was superseded), placed before `until`."""
     prs = set(
         Job.objects.filter(head_sha__in=shas)
         .exclude(pr_number=0)
         .values_list("pr_number", flat=True)
         .distinct()
     )
-    return _rows(Job.objects.filter(bound).filter(Q(head_sha__in=shas) | Q(pr_number__in=prs)))
+    return _rows(
+        Job.objects.filter(Q(head_sha__in=shas) | Q(pr_number__in=prs), placed_at__lt=until)
+    )
+
+
+def _attempts_of(
+    keys: set[LogicalKey], until: dt.datetime | None
+) -> tuple[dict[LogicalKey, list[int]], dict[LogicalKey, list[dict[str, Any]]]]:
+    """(attempt ids, succeeded attempts) of each logical job of `keys`, placed before `until`:
+    what a verdict lists and what rule 1 reads (one query on the keys' SHAs)."""
+    bound = Q(placed_at__lt=until) if until is not None else Q()
+    ids: dict[LogicalKey, list[int]] = defaultdict(list)
+    successes: dict[LogicalKey, list[dict[str, Any]]] = defaultdict(list)
+    attempts = Job.objects.filter(bound, head_sha__in={key[2] for key in keys})
+    for values in attempts.values_list(*_ATTEMPT_FIELDS):
+        row = dict(zip(("downstream", *_ATTEMPT_FIELDS[1:]), values, strict=True))
+        key = _key(row)
+        if key not in keys:
+            continue
+        ids[key].append(row["id"])
+        if row["status"] == Job.Status.COMPLETED and row["conclusion"] == Job.Conclusion.SUCCESS:
+            successes[key].append(row)
+    return ids, successes
+
+
+# Where a reference comes from: the nearest trunk push (`refs/heads/main`) and nightly.
+REFERENCE_KINDS = {
+    "trunk": Q(event_type="push", ref=stats.TRUNK_REF),
+    "nightly": Q(event_type="nightly"),
+}
 
 
 def _references(
     judged: list[dict[str, Any]], policy: AttributionPolicy
-) -> tuple[dict[tuple[str, str, str], list[dict[str, Any]]], dict[LogicalKey, dict]]:
-    """(references by (backend, workflow, job), in time order; every latest reference attempt):
-    trunk pushes and nightlies of the judged backend jobs, bounded in time."""
-    references: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+) -> dict[int, list[tuple[str, dict[str, Any]]]]:
+    """Per judged attempt id, [(kind, reference)] nearest first: of each kind, the logical job of
+    the same backend, workflow and job on another head SHA, placed last before the judged job
+    and at most `reference_lookback_days` before it, whose outcome is a reference outcome.
+
+    One subquery per kind and judged job (the lookback is per job, also when many are judged in
+    one read), so the answer is at most two rows per judged job, whatever the history."""
     if not judged:
-        return references, {}
-    earliest = min(row["placed_at"] for row in judged)
-    latest_time = max(row["placed_at"] for row in judged)
-    lookback = dt.timedelta(days=policy.reference_lookback_days)
-    ref_rows = _rows(
-        Job.objects.filter(
-            Q(event_type="push", ref=stats.TRUNK_REF) | Q(event_type="nightly"),
-            downstream__full_name__in={row["downstream"] for row in judged},
-            job_name__in={row["job_name"] for row in judged},
-            placed_at__gte=_moment(earliest) - lookback,
-            placed_at__lt=_moment(latest_time),
-        )
+        return {}
+    oldest = ExpressionWrapper(
+        OuterRef("placed_at") - dt.timedelta(days=policy.reference_lookback_days),
+        output_field=DateTimeField(),
     )
-    _, ref_latest = _latest_map(ref_rows)
-    for row in ref_latest.values():
-        if row["outcome"] in REFERENCE_OUTCOMES:
-            references[(row["downstream"], row["workflow_name"], row["job_name"])].append(row)
-    for series in references.values():
-        series.sort(key=lambda r: (r["placed_at"], r["id"]))
-    return references, ref_latest
+    nearest = {
+        kind: Subquery(
+            LogicalJob.objects.filter(
+                where,
+                downstream_id=OuterRef("downstream_id"),
+                workflow_name=OuterRef("workflow_name"),
+                job_name=OuterRef("job_name"),
+                outcome__in=REFERENCE_OUTCOMES,
+                placed_at__lt=OuterRef("placed_at"),
+                placed_at__gte=oldest,
+            )
+            .exclude(head_sha=OuterRef("head_sha"))
+            .order_by("-placed_at", "-latest_job_id")
+            .values("id")[:1]
+        )
+        for kind, where in REFERENCE_KINDS.items()
+    }
+    found = list(
+        Job.objects.filter(id__in=[row["id"] for row in judged])
+        .annotate(**nearest)
+        .values_list("id", *nearest)
+    )
+    ids = {ref for _, *refs in found for ref in refs if ref is not None}
+    rows = {row["logical_id"]: row for row in _logical_rows(LogicalJob.objects.filter(id__in=ids))}
+    references = {}
+    for job_id, *refs in found:
+        pairs = [(kind, rows[ref]) for kind, ref in zip(nearest, refs, strict=True) if ref]
+        references[job_id] = sorted(pairs, key=lambda pair: pair[1]["placed_at"], reverse=True)
+    return references
 
 
 def _failed_tests_by_job(wanted: set[int]) -> dict[int, list[dict[str, Any]]]:
@@ -234,22 +359,6 @@ def _failed_tests_by_job(wanted: set[int]) -> dict[int, list[dict[str, Any]]]:
         ):
             tests_by_job[test["job_id"]].append(test)
     return tests_by_job
-
-
-def _reference_candidates(
-    row: dict, loaded: _Loaded, policy: AttributionPolicy
-) -> list[tuple[str, dict]]:
-    """[(kind, reference row)]: nearest earlier trunk result and latest earlier nightly, each
-    at most `reference_lookback_days` before this job (the lookback is per job, not per read)."""
-    series = loaded.references.get((row["downstream"], row["workflow_name"], row["job_name"]), [])
-    oldest = row["placed_at"] - pd.Timedelta(days=policy.reference_lookback_days)
-    found: dict[str, dict] = {}
-    for ref in series:
-        if ref["head_sha"] == row["head_sha"] or not oldest <= ref["placed_at"] < row["placed_at"]:
-            continue
-        kind = "nightly" if ref["event_type"] == "nightly" else "trunk"
-        found[kind] = ref  # ascending time: the last one kept is the nearest earlier
-    return sorted(found.items(), key=lambda item: item[1]["placed_at"], reverse=True)
 
 
 def _other_backends(row: dict, loaded: _Loaded, mine: set[str]) -> list[dict[str, Any]]:

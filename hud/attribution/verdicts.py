@@ -5,7 +5,6 @@ rules, in order"), the verdict dict with its badge and evidence, and the public 
 from __future__ import annotations
 
 import datetime as dt
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -15,7 +14,6 @@ from hud.attribution.evidence import (
     _load,
     _Loaded,
     _other_backends,
-    _reference_candidates,
     _tests_of,
 )
 from hud.attribution.identity import (
@@ -59,9 +57,9 @@ def _rerun_passed(row: dict, loaded: _Loaded) -> dict | None:
     }
 
 
-def _broken_downstream(row: dict, loaded: _Loaded, policy: AttributionPolicy) -> dict | None:
+def _broken_downstream(row: dict, loaded: _Loaded) -> dict | None:
     mine = _test_set(_tests_of(loaded, row["id"]))
-    for kind, ref in _reference_candidates(row, loaded, policy):
+    for kind, ref in loaded.references.get(row["id"], []):
         if ref["outcome"] != stats.FAILURE:
             continue
         theirs = _test_set(_tests_of(loaded, ref["id"]))
@@ -97,7 +95,7 @@ def _judge(
     for verdict, rule in (
         (FLAKY, lambda: _rerun_passed(row, loaded)),
         (INFRA, lambda: _infra(row, loaded, signatures)),
-        (BROKEN_DOWNSTREAM, lambda: _broken_downstream(row, loaded, policy)),
+        (BROKEN_DOWNSTREAM, lambda: _broken_downstream(row, loaded)),
     ):
         evidence = rule()
         if evidence:
@@ -267,9 +265,6 @@ def _verdicts(
     policy = policy or load_attribution_policy()
     signatures = load_signatures() if signatures is None else signatures
     loaded = _load(keys, policy, until)
-    ids_by_key: dict[LogicalKey, list[int]] = defaultdict(list)
-    for row in loaded.rows_by_id.values():
-        ids_by_key[_key(row)].append(row["id"])
     out = []
     for key in sorted(keys):
         row = loaded.latest.get(key)
@@ -281,7 +276,7 @@ def _verdicts(
         elif row["outcome"] == stats.SUPERSEDED:
             evidence = {"rule": "not_judged", "summary": "cancelled, superseded by a newer SHA"}
         item = _verdict_dict(row, verdict, evidence, loaded)
-        item["attempt_ids"] = sorted(ids_by_key[key])
+        item["attempt_ids"] = sorted(loaded.attempt_ids.get(key, []))
         out.append(item)
     return out, loaded
 

@@ -68,6 +68,8 @@ class LogicalJob(models.Model):
             models.Index(fields=["placed_at"], name="logicaljob_time"),
             models.Index(fields=["downstream", "pr_number"], name="logicaljob_pr"),
             models.Index(fields=["downstream", "first_pr_number"], name="logicaljob_first_pr"),
+            # The logical jobs of a PR's or commit's SHAs, on every backend (attribution, pages).
+            models.Index(fields=["head_sha"], name="logicaljob_head_sha"),
         ]
 
     def __str__(self) -> str:

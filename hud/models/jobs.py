@@ -102,6 +102,9 @@ class Job(models.Model):
                 name="job_logical",
             ),
             models.Index(fields=["status", "placed_at"], name="job_open"),
+            # A backend's runs of some jobs in a window (attribution's cross-commit evidence):
+            # without it PostgreSQL may walk job_time across every backend's window.
+            models.Index(fields=["downstream", "job_name", "placed_at"], name="job_series"),
         ]
 
     def __str__(self) -> str:

@@ -36,7 +36,7 @@ def commit_page(sha: str, now: dt.datetime) -> ResultsPage | None:
     Our verdicts and the cross-backend view with each failing job's bisect hint come from one
     `attribution.commit_view` call.
     """
-    jobs = list(selectors.commit_jobs(sha))
+    jobs = list(selectors.jobs(selectors.JobFilters(sha=sha)))
     view = attribution.commit_view(sha) if jobs else None
     verdicts = view["verdicts"] if view else []
     page = results_page(

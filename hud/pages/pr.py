@@ -65,7 +65,7 @@ def pr_page(number: int, now: dt.datetime) -> ResultsPage | None:
     Our verdict per failing job (one bulk attribution read), the `crcr/gate` decision of the
     newest dispatched head SHA and each attempt's mirrored check run (`hud.checks.mirror`).
     """
-    jobs = list(selectors.pr_jobs(number))
+    jobs = list(selectors.jobs(selectors.JobFilters(pr=number)))
     verdicts = attribution.verdicts_for(jobs) if jobs else []
     page = results_page(
         jobs,

@@ -8,15 +8,15 @@ page (`hud.pages.pr`) and the commit page (`hud.pages.commit`) build on it.
 from __future__ import annotations
 
 import datetime as dt
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-import pandas as pd
 from django.conf import settings
 
 from hud import attribution, levels, stats
 from hud.models import Dispatch, Downstream, FailedTest, Job, Level
-from hud.pages.common import badge_dict, frame_of, latest_with_status
+from hud.pages.common import badge_dict, cell_status
 from hud.reads import selectors
 
 
@@ -185,7 +185,8 @@ def results_page(
     title: str = "",
     verdicts: dict[int, dict[str, Any]] | None = None,
 ) -> ResultsPage | None:
-    """Group a PR's or commit's attempts by backend (latest per logical job); None if empty.
+    """Group a PR's or commit's attempts by backend (latest per logical job, with its failed
+    tests); None if empty.
 
     `verdicts` maps attempt ids to their logical job's verdict (`attribution.index_by_job`).
     """
@@ -218,26 +219,33 @@ def _add_reported(
     verdicts: dict[int, dict[str, Any]],
     now: dt.datetime,
 ) -> set[tuple[int, str]]:
-    """Add each logical job's latest attempt (newest first) to its backend's section, with its
-    earlier attempts and verdict; return the (backend id, head SHA) pairs that reported."""
+    """Add each logical job's latest attempt (newest first; its derived row says which) to its
+    backend's section, with its earlier attempts among `jobs` and its verdict; return the
+    (backend id, head SHA) pairs that reported."""
+    by_key: dict[tuple, list[Job]] = defaultdict(list)
+    for job in sorted(jobs, key=lambda j: (j.run_id, j.run_attempt, j.id)):  # attempt order
+        by_key[tuple(getattr(job, name) for name in selectors.LOGICAL_KEY_FIELDS)].append(job)
+    logical = selectors.logical_jobs_of(jobs)
     by_id = {job.id: job for job in jobs}
-    prepared = stats.prepare(frame_of(jobs))
-    latest = latest_with_status(prepared, now).sort_values(
-        ["placed_at", "job_name"], ascending=[False, True], kind="mergesort"
-    )
-    earlier = _earlier_attempts(prepared.attempts, by_id)
+    latest_ids = [row["latest_job_id"] for row in logical]
+    # A latest attempt reported under another PR than the page's (a SHA pushed to two PRs).
+    by_id.update(selectors.latest_attempt_rows([i for i in latest_ids if i not in by_id]))
+    failed_tests = selectors.failed_tests_for(latest_ids)  # shown for latest attempts only
     reported: set[tuple[int, str]] = set()
-    for record in latest.itertuples(index=False):
-        job = by_id[int(record.id)]
-        key = tuple(getattr(record, c) for c in stats.LOGICAL_JOB_KEY)
+    for row in _newest_first(logical, by_id):
+        job = by_id[row["latest_job_id"]]
+        stuck = stats.is_stuck(job.status, job.in_progress_received_at, job.placed_at, now)
         section = sections.setdefault(job.downstream_id, BackendResults(job.downstream, [], []))
+        attempts = by_key[tuple(row[name] for name in selectors.LOGICAL_KEY_FIELDS)]
         section.jobs.append(
             ReportedJob(
                 job=job,
-                status=record.display,
-                attempts=int(record.attempts),
-                failed_tests=list(job.failed_tests.all()),
-                earlier=earlier.get(key, []),
+                status=cell_status(row["latest_status"], row["latest_conclusion"], stuck),
+                attempts=row["attempts"],
+                failed_tests=failed_tests[job.id],
+                earlier=[
+                    a for a in attempts if (a.run_id, a.run_attempt) < (job.run_id, job.run_attempt)
+                ],
                 verdict=verdicts.get(job.id),
             )
         )
@@ -245,14 +253,19 @@ def _add_reported(
     return reported
 
 
-def _earlier_attempts(attempts: pd.DataFrame, by_id: dict[int, Job]) -> dict[tuple, list[Job]]:
-    """Every attempt but the latest, by logical job key, in attempt order."""
-    earlier: dict[tuple, list[Job]] = {}
-    for record in attempts.itertuples(index=False):
-        if record.attempt_index < record.attempts - 1:
-            key = tuple(getattr(record, c) for c in stats.LOGICAL_JOB_KEY)
-            earlier.setdefault(key, []).append(by_id[int(record.id)])
-    return earlier
+def _newest_first(logical: list[dict[str, Any]], by_id: dict[int, Job]) -> list[dict[str, Any]]:
+    """Logical jobs by their latest attempt's time, newest first, then job name, then key."""
+    rows = sorted(
+        logical,
+        key=lambda row: (
+            by_id[row["latest_job_id"]].downstream.full_name,
+            *(row[name] for name in selectors.LOGICAL_KEY_FIELDS[1:]),
+        ),
+    )
+    rows.sort(key=lambda row: row["job_name"])
+    # Stable and reversed: equal times keep the order above.
+    rows.sort(key=lambda row: by_id[row["latest_job_id"]].placed_at, reverse=True)
+    return rows
 
 
 def _add_expected(

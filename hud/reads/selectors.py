@@ -18,6 +18,7 @@ from hud.models import (
     GateEvaluation,
     Job,
     Level,
+    LogicalJob,
     PromotionRequest,
 )
 
@@ -81,6 +82,20 @@ def pr_jobs(number: int) -> QuerySet[Job]:
 def commit_jobs(sha: str) -> QuerySet[Job]:
     """Every job reported for an upstream commit (full SHA or a prefix of 7+)."""
     return jobs_with_failed_tests(jobs(JobFilters(sha=sha)))
+
+
+# A logical job's key on its derived row (hud.models.LogicalJob), backend by id.
+LOGICAL_KEY_FIELDS = ("downstream_id", "event_type", "head_sha", "workflow_name", "job_name")
+
+
+def logical_jobs_of(attempts: list[Job]) -> list[dict]:
+    """The derived rows of the logical jobs these attempts belong to (their key, latest attempt
+    id, its status and conclusion, attempt count), read by the attempts' head SHAs."""
+    keys = {tuple(getattr(job, name) for name in LOGICAL_KEY_FIELDS) for job in attempts}
+    rows = LogicalJob.objects.filter(head_sha__in={key[2] for key in keys}).values(
+        *LOGICAL_KEY_FIELDS, "latest_job_id", "latest_status", "latest_conclusion", "attempts"
+    )
+    return [row for row in rows if tuple(row[name] for name in LOGICAL_KEY_FIELDS) in keys]
 
 
 def pr_title(number: int) -> str:

@@ -259,6 +259,30 @@ def test_cancelled_not_superseded_is_infra_but_superseded_is_not_judged(backends
     assert item["outcome"] == "superseded"
 
 
+def test_a_verdict_as_of_a_moment_reads_neither_a_later_re_run_nor_a_later_push(backends):
+    h = backends
+    cancelled = h.job(A, at=NOW - 3 * HOUR, head=sha("v1"), pr=8, conclusion="cancelled")
+    h.job(A, at=NOW - HOUR, head=sha("v2"), pr=8, conclusion="success")  # supersedes it now
+    failing = h.job(
+        A, at=NOW - 3 * HOUR, head=sha("w1"), pr=9, tests=[failed("test_x")], run_id=77_001
+    )
+    rerun = h.job(
+        A, at=NOW - HOUR, head=sha("w1"), pr=9, conclusion="success", run_id=77_001, attempt=2
+    )
+    jobs = list(Job.objects.select_related("downstream").filter(pk__in=[cancelled, failing]))
+    now = {item["pr_number"]: item for item in attribution.verdicts_for(jobs)}
+    assert now[8]["outcome"] == "superseded" and now[8]["verdict"] is None
+    assert now[9]["outcome"] == "success" and now[9]["attempt_ids"] == [failing, rerun]
+    # The derived rows describe now; as of an earlier moment both are re-derived from the
+    # attempts placed before it.
+    until = NOW - 2 * HOUR
+    then = {item["pr_number"]: item for item in attribution.verdicts_for(jobs, until=until)}
+    assert then[8]["verdict"] == attribution.INFRA
+    assert then[8]["evidence"]["rule"] == "cancelled_not_superseded"
+    assert then[9]["outcome"] == "failure" and then[9]["verdict"] is not None
+    assert then[9]["attempts"] == 1 and then[9]["attempt_ids"] == [failing]
+
+
 def test_failure_with_zero_tests_run_is_infra(backends):
     h = backends
     job_id = h.job(
