@@ -441,6 +441,10 @@ def rebuild(
     number of logical jobs."""
     cursor.execute("DELETE FROM hud_dailyrollup")
     cursor.execute("DELETE FROM hud_logicaljob")
+    if vendor == "postgresql":
+        # Fresh statistics first: after a bulk load (COPY, a restore) the planner may think the
+        # attempts few and pick, for the server-side cursor, a plan that takes hours.
+        cursor.execute("ANALYZE hud_job, hud_failedtest")
     cursor.execute(_REBUILD_SHA_TIMES)
     shas: dict[int, dict[int, dict[str, dt.datetime]]] = defaultdict(lambda: defaultdict(dict))
     for downstream_id, pr_number, sha, moment in cursor.fetchall():
