@@ -131,35 +131,42 @@ def _listed(data: Any) -> list:
     return [data] if isinstance(data, dict) else list(data or [])
 
 
-class SafeCSVRenderer(BaseRenderer):
+class _RowsRenderer(BaseRenderer):
+    """A list (or a page's `results`, or an error body as one row) rendered line by line."""
+
+    charset = "utf-8"
+
+    def lines(self, rows: list) -> Iterable[str]:
+        """The rendered lines of `rows`."""
+        raise NotImplementedError
+
+    def render(
+        self,
+        data: Any,
+        accepted_media_type: str | None = None,
+        renderer_context: dict | None = None,
+    ) -> str:
+        """Render list data; an error body becomes one row."""
+        return "".join(self.lines(_listed(data)))
+
+
+class SafeCSVRenderer(_RowsRenderer):
     """`?format=csv`: a list (or a page's `results`) as CSV."""
 
     media_type = "text/csv"
     format = "csv"
-    charset = "utf-8"
 
-    def render(
-        self,
-        data: Any,
-        accepted_media_type: str | None = None,
-        renderer_context: dict | None = None,
-    ) -> str:
-        """Render list data as CSV; an error body becomes a one-row CSV."""
-        return "".join(csv_lines(_listed(data)))
+    def lines(self, rows: list) -> Iterable[str]:
+        """CSV lines, a header first (`csv_lines`)."""
+        return csv_lines(rows)
 
 
-class NDJSONRenderer(BaseRenderer):
+class NDJSONRenderer(_RowsRenderer):
     """`?format=ndjson`: what an export streams; here an error body, one JSON line."""
 
     media_type = "application/x-ndjson"
     format = "ndjson"
-    charset = "utf-8"
 
-    def render(
-        self,
-        data: Any,
-        accepted_media_type: str | None = None,
-        renderer_context: dict | None = None,
-    ) -> str:
-        """Render list data (or an error body) as one JSON object a line."""
-        return "".join(JSON_LINE(row) + "\n" for row in _listed(data))
+    def lines(self, rows: list) -> Iterable[str]:
+        """One JSON object a line."""
+        return (JSON_LINE(row) + "\n" for row in rows)
