@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -27,16 +28,20 @@ def excluded_from_gate(item: Mapping[str, Any]) -> bool:
 
 
 def gate_adjusted_pass_rates(
-    frame: pd.DataFrame,
+    jobs: stats.Jobs,
     windows: Iterable[int],
     as_of: dt.datetime,
     *,
     min_n: int = stats.DEFAULT_MIN_N,
 ) -> dict[str, Any]:
     """Pass rate per window with evidence-backed failures excluded (`excluded_from_gate`), and
-    why; verdicts are judged as of `as_of`, so nothing later is read."""
+    why; verdicts are judged as of `as_of`, so nothing later is read.
+
+    Only the window's judged logical jobs are judged, and the adjusted rate counts the same
+    latest attempts without the excluded ones: nothing is prepared twice.
+    """
     windows = sorted(set(windows)) or [14]
-    prepared = stats.prepare(frame)
+    prepared = stats.prepare(jobs)
     latest = prepared.latest
     longest = as_of - dt.timedelta(days=windows[-1])
     candidates = latest[
@@ -44,35 +49,17 @@ def gate_adjusted_pass_rates(
         & (latest["placed_at"] >= pd.Timestamp(longest))
         & (latest["placed_at"] < pd.Timestamp(as_of))
     ]
-    keys = {_key(row) for row in candidates.to_dict("records")}
+    keys = {_key(row) for row in candidates[stats.LOGICAL_JOB_KEY].to_dict("records")}
     verdicts = _verdicts(keys, until=as_of)[0] if keys else []
-    excluded = [
-        {
-            "job_id": item["job_id"],
-            "downstream": item["downstream"],
-            "head_sha": item["head_sha"],
-            "pr_number": item["pr_number"],
-            "event_type": item["event_type"],
-            "workflow_name": item["workflow_name"],
-            "job_name": item["job_name"],
-            "placed_at": item["placed_at"],
-            "outcome": item["outcome"],
-            "verdict": item["verdict"],
-            "why": item["summary"],
-        }
-        for item in verdicts
-        if excluded_from_gate(item)
-    ]
-    excluded_keys = {
+    excluded = [_excluded_item(item) for item in verdicts if excluded_from_gate(item)]
+    excluded_keys = [
         (e["downstream"], e["event_type"], e["head_sha"], e["workflow_name"], e["job_name"])
         for e in excluded
-    }
-    if excluded_keys and not frame.empty:
-        frame_keys = pd.MultiIndex.from_frame(frame[stats.LOGICAL_JOB_KEY])
-        adjusted_frame = frame[~frame_keys.isin(list(excluded_keys))]
-    else:
-        adjusted_frame = frame
-    adjusted = stats.prepare(adjusted_frame)
+    ]
+    adjusted = prepared
+    if excluded_keys:
+        dropped = pd.MultiIndex.from_frame(latest[stats.LOGICAL_JOB_KEY]).isin(excluded_keys)
+        adjusted = replace(prepared, latest=latest[~dropped])
     estimates = {}
     for days in windows:
         start = as_of - dt.timedelta(days=days)
@@ -80,14 +67,25 @@ def gate_adjusted_pass_rates(
         estimate = stats.pass_rate(adjusted, start, as_of, min_n=min_n)
         estimates[gates.metric_key("job_pass_rate", days)] = {
             "raw": raw,
-            "adjusted": stats.Estimate(
-                estimate.value,
-                estimate.low,
-                estimate.high,
-                estimate.n,
-                estimate.sufficient,
-                estimate.unit,
-                f"{raw.n - estimate.n} evidence-backed failures excluded",
+            "adjusted": replace(
+                estimate, note=f"{raw.n - estimate.n} evidence-backed failures excluded"
             ),
         }
     return {"windows": windows, "estimates": estimates, "excluded": excluded}
+
+
+def _excluded_item(item: Mapping[str, Any]) -> dict[str, Any]:
+    """What the gate shows of a judged job it leaves out."""
+    return {
+        "job_id": item["job_id"],
+        "downstream": item["downstream"],
+        "head_sha": item["head_sha"],
+        "pr_number": item["pr_number"],
+        "event_type": item["event_type"],
+        "workflow_name": item["workflow_name"],
+        "job_name": item["job_name"],
+        "placed_at": item["placed_at"],
+        "outcome": item["outcome"],
+        "verdict": item["verdict"],
+        "why": item["summary"],
+    }

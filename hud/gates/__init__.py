@@ -20,7 +20,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import yaml
 
 from hud import stats
@@ -272,7 +271,7 @@ def _lookup(metrics: Mapping[str, Estimate], criterion: Criterion) -> Estimate |
 
 
 def gate_metrics(
-    df: pd.DataFrame,
+    df: stats.Jobs,
     policy: Policy,
     *,
     current_level: str,
@@ -281,8 +280,14 @@ def gate_metrics(
     level_since: dt.datetime | None = None,
     extra: Mapping[str, Estimate] | None = None,
 ) -> dict[str, Estimate]:
-    """Every metric the criteria of `target_level` and `current_level` need, as of `as_of`."""
-    as_of_frame = stats.prepare(stats.as_of(df, as_of))
+    """Every metric the criteria of `target_level` and `current_level` need, as of `as_of`.
+
+    `df` is a jobs frame, or jobs already prepared as of `as_of` (`hud.reads.gate_jobs`).
+    """
+    if isinstance(df, stats.PreparedJobs):
+        as_of_frame = df
+    else:
+        as_of_frame = stats.prepare(stats.as_of(df, as_of))
     criteria = [
         *policy.promotion_criteria(target_level or ""),
         *policy.demotion_criteria(current_level),

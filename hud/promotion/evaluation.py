@@ -16,7 +16,7 @@ from hud import attribution, gates, levels, stats
 from hud.core import clock
 from hud.levels import effective_level
 from hud.models import Downstream, GateExclusion
-from hud.reads import selectors
+from hud.reads.gate import gate_jobs
 
 
 def level_since(downstream: Downstream, as_of: dt.datetime) -> dt.datetime | None:
@@ -37,30 +37,6 @@ def level_since(downstream: Downstream, as_of: dt.datetime) -> dt.datetime | Non
 
 def gate_policy() -> gates.Policy:
     return gates.load_policy(getattr(settings, "CRCR_GATE_POLICY", None))
-
-
-def _excluded(frame: pd.DataFrame, downstream: Downstream) -> tuple[pd.DataFrame, list[dict]]:
-    """Drop the logical jobs admins excluded from gating; return the exclusions for display.
-
-    An exclusion takes out whole logical jobs, every attempt: the one job it names, or every
-    job with an attempt placed in its window. Dropping only the named attempt would make an
-    earlier attempt the latest, and its failure would count again.
-    """
-    exclusions = list(downstream.exclusions.order_by("created_at"))
-    if not exclusions or frame.empty:
-        return frame, [_describe_exclusion(item, 0) for item in exclusions]
-    job_keys = pd.MultiIndex.from_frame(frame[stats.LOGICAL_JOB_KEY])
-    keep = pd.Series(True, index=frame.index)
-    described = []
-    for item in exclusions:
-        if item.job_id is not None:
-            named = frame["id"] == item.job_id
-        else:
-            named = (frame["placed_at"] >= item.start) & (frame["placed_at"] < item.end)
-        hit = pd.Series(job_keys.isin(job_keys[named.to_numpy()]), index=frame.index)
-        described.append(_describe_exclusion(item, int((hit & keep).sum())))
-        keep &= ~hit
-    return frame[keep], described
 
 
 def _describe_exclusion(item: GateExclusion, rows: int) -> dict[str, Any]:
@@ -133,15 +109,16 @@ def evaluate_backend(
         (c.window_days for lvl in policy.levels.values() for c in (*lvl.promotion, *lvl.demotion)),
         default=30,
     )
-    frame = selectors.jobs_frame(as_of - dt.timedelta(days=horizon + 1), as_of, [downstream.id])
-    frame, exclusions = _excluded(frame, downstream)
+    exclusions = list(downstream.exclusions.order_by("created_at"))
+    jobs = gate_jobs(downstream, exclusions, as_of - dt.timedelta(days=horizon + 1), as_of)
     extra = {
+        # Only a logical job with more than one attempt has a response to measure.
         "oncall_response_p50_hours": stats.percentile_estimate(
-            oncall_response_hours(frame), 0.5, min_n=1, unit="hours"
+            oncall_response_hours(jobs.attempts), 0.5, min_n=1, unit="hours"
         )
     }
     metrics = gates.gate_metrics(
-        frame,
+        jobs.prepared,
         policy,
         current_level=current_label,
         target_level=target_label,
@@ -158,9 +135,13 @@ def evaluate_backend(
         )
         if c.metric == "job_pass_rate"
     }
-    adjusted = attribution.gate_adjusted_pass_rates(frame, pass_rate_windows, as_of)
+    adjusted = attribution.gate_adjusted_pass_rates(jobs.prepared, pass_rate_windows, as_of)
     adjusted["basis"] = policy.pass_rate_basis
     if policy.pass_rate_basis == "adjusted":
         metrics.update({key: pair["adjusted"] for key, pair in adjusted["estimates"].items()})
     evaluation = gates.evaluate(metrics, policy, target_label, current_label, as_of=as_of)
-    return BackendGate(evaluation, effective_level(downstream, as_of), exclusions, adjusted)
+    described = [
+        _describe_exclusion(item, rows)
+        for item, rows in zip(exclusions, jobs.excluded_attempts, strict=True)
+    ]
+    return BackendGate(evaluation, effective_level(downstream, as_of), described, adjusted)

@@ -191,6 +191,40 @@ def prepare(df: Jobs) -> PreparedJobs:
     )
 
 
+def prepare_single_rows(rows: pd.DataFrame, outcomes: Iterable[str]) -> PreparedJobs:
+    """What `prepare` makes of logical jobs that are one row each (one attempt of one leg)
+    whose outcome classes are known already (the derived layer's), without grouping.
+
+    Such a row is its job's first and latest attempt; its attempt's severity is its own.
+    """
+    rows = coerce_jobs_frame(rows)
+    latest = rows.assign(attempts=1, latest_placed_at=rows["placed_at"])
+    attempts = latest.assign(
+        attempt_index=0,
+        attempt_severity=rows["conclusion"].map(LEG_SEVERITY).fillna(0).astype(int),
+        attempt_open=rows["status"] != "completed",
+    )
+    latest = latest.assign(outcome=pd.Series(list(outcomes), index=rows.index, dtype=object))
+    return PreparedJobs(rows=rows, attempts=attempts, latest=latest, first=latest)
+
+
+def combine_prepared(parts: Iterable[PreparedJobs]) -> PreparedJobs:
+    """One PreparedJobs of parts that share no logical job and whose supersession universes
+    were each complete (every row of a PR a part classifies is in that part)."""
+    parts = list(parts)
+
+    def joined(field: str) -> pd.DataFrame:
+        frames = [getattr(part, field) for part in parts]
+        return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+    return PreparedJobs(
+        rows=joined("rows").sort_values("id", kind="mergesort"),
+        attempts=joined("attempts"),
+        latest=joined("latest"),
+        first=joined("first"),
+    )
+
+
 def latest_attempts(df: Jobs) -> pd.DataFrame:
     """One row per logical job: its latest attempt, with `attempts` and `outcome` columns."""
     return prepare(df).latest

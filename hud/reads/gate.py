@@ -1,0 +1,151 @@
+"""What a backend's gate evaluation reads: its recent jobs as of a moment, from the derived layer.
+
+Most logical jobs are a single attempt row, and then their `LogicalJob` row *is* that attempt
+with its outcome class: those are read from the layer and never grouped again
+(`stats.prepare_single_rows`). The attempts themselves are read, and prepared by `hud.stats`,
+only for the logical jobs the layer cannot describe as of `as_of`:
+
+- jobs with another attempt row (re-runs, matrix legs, and attempts placed at or after
+  `as_of`, which the layer has already taken in);
+- jobs the layer classes as superseded (the superseding push may come after `as_of`);
+- every job of the PRs of those (the universe supersession is judged on).
+
+Together they are exactly what `stats.prepare` makes of the attempt frame as of `as_of`
+(`tests/promotion/test_gate_layer.py` proves it on simulated histories). Admins' exclusions
+take out whole logical jobs first.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+from django.db.models import Exists, OuterRef, Q
+
+from hud import stats
+from hud.models import Downstream, GateExclusion, Job, LogicalJob
+from hud.reads.selectors import FRAME_COLUMNS, FRAME_MARGIN
+
+# A logical job within one backend.
+KEY = ["event_type", "head_sha", "workflow_name", "job_name"]
+# The layer's row, and its latest attempt's row through the join (whose own columns the frame
+# reads, as `selectors.jobs_frame` does).
+_LAYER_COLUMNS = [
+    *(f"latest_job__{column}" for column in FRAME_COLUMNS if column != "downstream__full_name"),
+    "outcome",
+    "first_pr_number",
+]
+
+
+@dataclass(frozen=True)
+class GateJobs:
+    """A backend's jobs placed in [since − margin, as_of), as the gate counts them."""
+
+    prepared: stats.PreparedJobs  # as `stats.prepare` makes them; exclusions left out
+    attempts: pd.DataFrame  # the attempt rows of every job with more than one (a jobs frame)
+    excluded_attempts: list[int]  # per exclusion, in order: the attempts it took out
+
+
+def gate_jobs(
+    downstream: Downstream,
+    exclusions: Sequence[GateExclusion],
+    since: dt.datetime,
+    as_of: dt.datetime,
+) -> GateJobs:
+    """The jobs of `downstream` placed in [since − margin, as_of) (`selectors.jobs_frame`'s
+    span), prepared as of `as_of`, without the logical jobs `exclusions` take out."""
+    span = Q(downstream=downstream, placed_at__gte=since - FRAME_MARGIN, placed_at__lt=as_of)
+    excluded, taken = _excluded_keys(span, exclusions)
+    layer = _layer_frame(
+        LogicalJob.objects.filter(
+            downstream=downstream,
+            latest_job__placed_at__gte=since - FRAME_MARGIN,
+            latest_job__placed_at__lt=as_of,
+        )
+    )
+    superseded = layer[layer["outcome"] == stats.SUPERSEDED]
+    attempts = _attempt_frame(span, _earlier_rows(span), superseded)
+    attempts = attempts[~_has_key(attempts, excluded)]
+    single = layer[~_has_key(layer, excluded | _keys(attempts))]
+    single = single.assign(downstream=downstream.full_name)
+    parts = [stats.prepare_single_rows(single, single["outcome"])]
+    if not attempts.empty:
+        parts.append(stats.prepare(attempts))
+    return GateJobs(stats.combine_prepared(parts), attempts, taken)
+
+
+def _layer_frame(queryset) -> pd.DataFrame:
+    rows = list(queryset.values_list(*_LAYER_COLUMNS))
+    columns = [column.removeprefix("latest_job__") for column in _LAYER_COLUMNS]
+    return pd.DataFrame.from_records(rows, columns=columns)
+
+
+def _earlier_rows(span: Q) -> list[tuple[str, int]]:
+    """(head SHA, PR number) of the span's rows that are not their logical job's latest: the
+    jobs with another attempt or leg (including one placed at or after `as_of`)."""
+    latest = LogicalJob.objects.filter(latest_job_id=OuterRef("id"))
+    rows = Job.objects.filter(span).filter(~Exists(latest))
+    return list(rows.values_list("head_sha", "pr_number").distinct())
+
+
+def _attempt_frame(
+    span: Q, earlier: list[tuple[str, int]], superseded: pd.DataFrame
+) -> pd.DataFrame:
+    """Every row in the span of the SHAs given and of the PRs they belong to, as a jobs frame."""
+    shas = {sha for sha, _ in earlier} | set(superseded["head_sha"])
+    prs = {pr for _, pr in earlier}
+    prs |= set(superseded["pr_number"]) | set(superseded["first_pr_number"])
+    prs.discard(0)
+    if not shas:
+        return stats.empty_jobs_frame()
+    pr_shas = Job.objects.filter(span, pr_number__in=prs).values("head_sha")
+    rows = list(
+        Job.objects.filter(span)
+        .filter(Q(head_sha__in=shas) | Q(head_sha__in=pr_shas))
+        .values_list(*FRAME_COLUMNS)
+    )
+    if not rows:
+        return stats.empty_jobs_frame()
+    frame = pd.DataFrame.from_records(rows, columns=FRAME_COLUMNS)
+    return stats.coerce_jobs_frame(frame.rename(columns={"downstream__full_name": "downstream"}))
+
+
+def _keys(frame: pd.DataFrame) -> set[tuple]:
+    return set(frame[KEY].itertuples(index=False, name=None))
+
+
+def _has_key(frame: pd.DataFrame, keys: set[tuple]) -> pd.Series:
+    if not keys or frame.empty:
+        return pd.Series(False, index=frame.index)
+    return pd.Series(pd.MultiIndex.from_frame(frame[KEY]).isin(list(keys)), index=frame.index)
+
+
+def _excluded_keys(span: Q, exclusions: Iterable[GateExclusion]) -> tuple[set[tuple], list[int]]:
+    """The logical jobs the exclusions take out of the span, and how many of its attempts each
+    took out (an earlier exclusion's are not counted again).
+
+    An exclusion takes out whole logical jobs, every attempt: the one job it names, or every
+    job with an attempt placed in its window. Dropping only the named attempt would make an
+    earlier attempt the latest, and its failure would count again.
+    """
+    keys: set[tuple] = set()
+    gone: set[int] = set()
+    taken = []
+    for item in exclusions:
+        if item.job_id is not None:
+            named = Job.objects.filter(span, id=item.job_id)
+        else:
+            named = Job.objects.filter(span, placed_at__gte=item.start, placed_at__lt=item.end)
+        hit = set(named.values_list(*KEY).distinct())
+        shas = {key[1] for key in hit}
+        ids = {
+            row[0]
+            for row in Job.objects.filter(span, head_sha__in=shas).values_list("id", *KEY)
+            if row[1:] in hit
+        }
+        taken.append(len(ids - gone))
+        keys |= hit
+        gone |= ids
+    return keys, taken

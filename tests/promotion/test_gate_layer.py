@@ -1,0 +1,95 @@
+"""The gate reads the derived layer (hud.reads.gate): equal to hud.stats on the attempt frame.
+
+Simulated histories through the real ingestion service (re-runs, matrix legs, cancels that a
+later push supersedes, time-outs and the sweeper, days apart), evaluated as of every midnight
+and moments in between, both ways: every metric, the last result and on-call responses agree.
+"""
+
+import datetime as dt
+
+import pytest
+from django.db import transaction
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hud import gates, promotion, stats
+from hud.core import clock
+from hud.models import Level
+from hud.reads import selectors
+from hud.reads.gate import gate_jobs
+from tests.conftest import NOW
+from tests.ingestion.test_derived import REPO, _play, report, steps
+from tests.support import builders
+
+SINCE = dt.timedelta(days=31)  # what evaluate_backend reads: the policy's horizon + 1 day
+legs = st.fixed_dictionaries(
+    {
+        "kind": st.just("leg"),
+        "sha": st.sampled_from(["a" * 40, "b" * 40]),
+        "conclusion": st.sampled_from(["success", "failure", "timed_out"]),
+    }
+)
+days = st.fixed_dictionaries({"kind": st.just("days"), "days": st.integers(1, 9)})
+
+
+def _step(backend, step: dict, moving: clock.MovableClock) -> None:
+    if step["kind"] == "days":
+        moving.advance(days=step["days"], minutes=17)
+    elif step["kind"] == "leg":
+        # A second matrix leg of the same attempt: same run id and attempt, its own check run.
+        moving.advance(minutes=3)
+        report(
+            backend,
+            "completed",
+            step["conclusion"],
+            sha=step["sha"],
+            job_name="build",
+            check_run_id=f"leg-{moving.moment.timestamp()}",
+        )
+    else:
+        _play(backend, step, moving)
+
+
+def _moments(end: dt.datetime) -> list[dt.datetime]:
+    """Midnights (at most five, spread over the history), moments between them, and the end."""
+    first = NOW.replace(hour=0) + dt.timedelta(days=1)
+    count = (end - first).days + 2
+    midnights = [first + dt.timedelta(days=i * count // 5) for i in range(min(count, 5))]
+    between = [NOW + dt.timedelta(hours=5), end, end + dt.timedelta(seconds=1)]
+    return sorted(
+        {*midnights, *(m + dt.timedelta(hours=9, minutes=13) for m in midnights[::2])}
+        | set(between)
+    )
+
+
+def _both_ways(backend, as_of: dt.datetime) -> None:
+    jobs = gate_jobs(backend, [], as_of - SINCE, as_of)
+    frame = selectors.jobs_frame(as_of - SINCE, as_of, [backend.id])
+    reference = stats.prepare(stats.as_of(frame, as_of))
+    for days_back in (1, 14):
+        start = as_of - dt.timedelta(days=days_back)
+        for name in stats.METRIC_NAMES:
+            layered = stats.compute_metric(name, jobs.prepared, start, as_of)
+            assert layered == stats.compute_metric(name, reference, start, as_of), (name, as_of)
+    assert stats.last_result_at(jobs.prepared) == stats.last_result_at(reference)
+    hours = promotion.oncall_response_hours
+    assert hours(jobs.attempts) == hours(stats.as_of(frame, as_of))
+    policy = promotion.gate_policy()
+    for current, target in (("L2", "L3"), ("L3", "L4")):
+        arguments = {"current_level": current, "target_level": target, "as_of": as_of}
+        assert gates.gate_metrics(jobs.prepared, policy, **arguments) == gates.gate_metrics(
+            frame, policy, **arguments
+        )
+
+
+@pytest.mark.django_db
+@settings(max_examples=20, deadline=None)  # each example is a whole history, ~3 s
+@given(st.lists(st.one_of(steps, steps, legs, days), min_size=12, max_size=45))
+def test_gate_jobs_from_the_layer_equal_the_attempt_frame(script):
+    with clock.frozen_at(NOW) as moving, transaction.atomic():
+        backend = builders.downstream(REPO, Level.L2)
+        for step in script:
+            _step(backend, step, moving)
+        for as_of in _moments(moving.moment):
+            _both_ways(backend, as_of)
+        transaction.set_rollback(True)
