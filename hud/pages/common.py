@@ -1,7 +1,7 @@
 """What several HUD pages share: the window, a backend's state, display statuses, staleness.
 
-Also the small helpers more than one page needs: a list of `Job` rows as a jobs frame, the
-latest attempts with their display status, badges, and the embed's state words.
+Also the small helpers more than one page needs: the latest attempts with their display
+status, badges, and the embed's state words.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from hud import attribution, stats
-from hud.models import Job
 from hud.reads import selectors
 
 if TYPE_CHECKING:
@@ -138,18 +137,6 @@ def _with_display(latest: pd.DataFrame, stuck: list[bool]) -> pd.DataFrame:
         )
     ]
     return latest.assign(display=pd.Series(statuses, index=latest.index, dtype=object))
-
-
-def frame_of(jobs: list[Job]) -> pd.DataFrame:
-    """`Job` rows already read (a PR's, a nightly run's) as a `hud.stats` jobs frame."""
-    return stats.jobs_frame(
-        {
-            "id": job.id,
-            "downstream": job.downstream.full_name,
-            **{name: getattr(job, name) for name in selectors.FRAME_COLUMNS[2:]},
-        }
-        for job in jobs
-    )
 
 
 def badge_dict(verdict: str) -> dict[str, str]:
