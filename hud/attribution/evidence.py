@@ -195,7 +195,7 @@ def _load(
     """Bulk-load latest attempts, attempts, failed tests, references and cross-commit evidence
     for `keys`: a constant number of queries, each bounded by the keys' SHAs or their window."""
     judged_at = until or clock.now()
-    latest = _latest_on({key[2] for key in keys}, until)
+    latest = _latest_on({key[2] for key in keys}, {key[0] for key in keys}, until)
     judged = [latest[key] for key in keys if key in latest]
     judged = [row for row in judged if row["outcome"] in JUDGED_OUTCOMES]
     references = _references(judged, policy)
@@ -227,11 +227,26 @@ def _load(
     )
 
 
-def _latest_on(shas: set[str], until: dt.datetime | None) -> dict[LogicalKey, dict[str, Any]]:
-    """The latest attempt of every logical job on these SHAs (all backends: the cross-backend
-    evidence) as of `until`: its derived row, re-derived from the attempts placed before `until`
-    only on the SHAs where a later write changed what the row says (`_changed_after`)."""
-    latest = {_key(row): row for row in _logical_rows(LogicalJob.objects.filter(head_sha__in=shas))}
+# What the rules read of another backend's jobs on a judged SHA: its failing ones (the
+# corroboration) and its superseded ones (whose supersession a later write may have made).
+_CROSS_BACKEND_OUTCOMES = (*JUDGED_OUTCOMES, stats.SUPERSEDED)
+
+
+def _latest_on(
+    shas: set[str], backends: set[str], until: dt.datetime | None
+) -> dict[LogicalKey, dict[str, Any]]:
+    """The latest attempt of the logical jobs on these SHAs that the rules read, as of `until`:
+    every one of `backends` (the judged keys'), and the failing or superseded ones of every other
+    backend (the cross-backend evidence; their passing jobs decide nothing). Each is its derived
+    row, re-derived from the attempts placed before `until` only on the SHAs where a later write
+    changed what the row says (`_changed_after`).
+
+    Reading other backends' passing jobs too made a backend's gate read every job dispatched on
+    its failing SHAs, ~50 times the rows when every backend runs every SHA."""
+    read = LogicalJob.objects.filter(head_sha__in=shas).filter(
+        Q(downstream__full_name__in=backends) | Q(outcome__in=_CROSS_BACKEND_OUTCOMES)
+    )
+    latest = {_key(row): row for row in _logical_rows(read)}
     stale = _changed_after(latest, shas, until) if until is not None else set()
     if stale:
         latest = {key: row for key, row in latest.items() if key[2] not in stale}

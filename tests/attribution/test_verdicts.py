@@ -4,6 +4,9 @@ import pytest
 from django.test import override_settings
 
 from hud import attribution
+from hud.attribution.evidence import _load
+from hud.attribution.policy import load_attribution_policy
+from hud.attribution.verdicts import _keys_of
 from hud.models import Job
 from tests.attribution.conftest import DAY, HOUR, NOW, failed, sha
 
@@ -370,3 +373,27 @@ def test_bad_signature_file_names_the_entry():
 def test_successful_job_gets_no_verdict(backends):
     item = verdict_of(backends.job(A, at=NOW - HOUR, head=sha("p"), pr=16, conclusion="success"))
     assert item["verdict"] is None and item["evidence"] is None
+
+
+def test_other_backends_passing_on_the_sha_are_not_read_and_change_nothing(history):
+    """A backend's verdicts read other backends' failing jobs on its SHA (the corroboration),
+    never their passing ones: the evidence read is bounded by what the rules decide on."""
+    head = sha("pr-shared")
+    history.backend(A)
+    history.passes_elsewhere(A)
+    mine = history.job(A, at=NOW - HOUR, head=head, pr=7, tests=[failed("test_mm")])
+    job = Job.objects.select_related("downstream").get(pk=mine)
+    before = verdict_of(mine)
+    passing = [f"org/passing-{index}" for index in range(6)]
+    for repo in passing:
+        history.backend(repo)
+        history.job(repo, at=NOW - HOUR, head=head, pr=7, conclusion="success")
+    history.backend(B)
+    history.job(B, at=NOW - HOUR, head=head, pr=7, tests=[failed("test_mm")])
+
+    loaded = _load(_keys_of([job]), load_attribution_policy(), NOW)
+    assert {key[0] for key in loaded.latest} == {A, B}
+    after = verdict_of(mine)
+    assert [o["downstream"] for o in after["evidence"]["other_backends"]] == [B]
+    assert before["verdict"] == attribution.NEW_FAILURE
+    assert after["verdict"] == attribution.UPSTREAM_LIKELY
