@@ -278,6 +278,9 @@ CRCR_NO_RESPONSE_AFTER_SECONDS = int(env("CRCR_NO_RESPONSE_AFTER", str(2 * 3600)
 HUD_BOT_KEY = env("HUD_BOT_KEY")
 # Path of the gate policy YAML; unset = the shipped hud/gates/gate_policy.yml.
 CRCR_GATE_POLICY = env("CRCR_GATE_POLICY")
+# How long a backend page may show a kept gate evaluation when no write of the backend changed
+# it (hud.promotion.snapshot): the bound on window sliding and other backends' corroboration.
+CRCR_GATE_SNAPSHOT_SECONDS = int(env("CRCR_GATE_SNAPSHOT_SECONDS", "300"))
 # Failure attribution: a file of infra signatures instead of hud/attribution/infra_signatures.yml.
 CRCR_INFRA_SIGNATURES = env("CRCR_INFRA_SIGNATURES")
 # The relay (webhook in, dispatches out). GitHub App keys may come from NAME_FILE (see env()).

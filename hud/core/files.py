@@ -20,16 +20,21 @@ _parsed: dict[tuple[Path, Callable[[Path], Any]], tuple[tuple[int, int], Any]] =
 _lock = threading.Lock()
 
 
+def version(path: Path) -> tuple[int, int]:
+    """The file's version as `parsed` tells versions apart: (modification time, size)."""
+    stat = path.stat()
+    return stat.st_mtime_ns, stat.st_size
+
+
 def parsed(path: Path, parse: Callable[[Path], T]) -> T:
     """`parse(path)`, reused while the file's modification time and size stay the same."""
-    stat = path.stat()
-    version = (stat.st_mtime_ns, stat.st_size)
+    version_now = version(path)
     key = (path, parse)
     with _lock:
         cached = _parsed.get(key)
-    if cached is not None and cached[0] == version:
+    if cached is not None and cached[0] == version_now:
         return cached[1]
     value = parse(path)
     with _lock:
-        _parsed[key] = (version, value)
+        _parsed[key] = (version_now, value)
     return value

@@ -252,7 +252,12 @@ def load_policy(path: str | Path | None = None) -> Policy:
     Parsed once per process and file version (`hud.core.files`); a file that fails
     validation is never kept, so each call reports it until it is fixed.
     """
-    return files.parsed(Path(path) if path else DEFAULT_POLICY_PATH, _parse_file)
+    return files.parsed(policy_path(path), _parse_file)
+
+
+def policy_path(path: str | Path | None = None) -> Path:
+    """The policy file `load_policy(path)` reads."""
+    return Path(path) if path else DEFAULT_POLICY_PATH
 
 
 # --------------------------------------------------------------------------- metrics

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import itertools
 import json
 from collections import defaultdict
@@ -26,9 +27,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 
 from hud import stats
+from hud.core import revisions
 
 LogicalKey = tuple[int, str, str, str, str]  # downstream_id, event_type, head_sha, workflow, job
 ShaTimes = Mapping[int, Mapping[str, dt.datetime]]  # PR number → head SHA → latest placed_at
@@ -410,10 +412,14 @@ def refresh(cursor: Any, vendor: str, key: LogicalKey, pr_number: int) -> None:
 
 
 def refresh_job(job: Any) -> None:
-    """`refresh` for a hud.models.Job just written on the default connection."""
+    """`refresh` for a hud.models.Job just written on the default connection, and a new
+    revision of its backend (`hud.core.revisions`) now and again once the write commits, so
+    nothing computed from the rows before it, or between the two, passes for current."""
     key = (job.downstream_id, job.event_type, job.head_sha, job.workflow_name, job.job_name)
     with connection.cursor() as cursor:
         refresh(cursor, connection.vendor, key, job.pr_number)
+    revisions.bump(job.downstream_id)
+    transaction.on_commit(functools.partial(revisions.bump, job.downstream_id))
 
 
 # --------------------------------------------------------------------------- rebuild

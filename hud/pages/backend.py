@@ -157,7 +157,7 @@ def backend_page(
         return None
     window = Window.ending(now, days)
     override = selectors.active_overrides([backend.id], now).get(backend.id)
-    gate = promotion.evaluate_backend(backend, now)
+    gate = promotion.current_gate(backend, now)
     # The rows `jobs_frame(window.start, window.end)` selects, so `/crcr` shows the same.
     frame = stats.prepare(selectors.jobs_frame(window.start, now, [backend.id]))
     latest = latest_with_status(frame, now)

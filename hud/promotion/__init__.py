@@ -38,6 +38,7 @@ from hud.promotion.evaluation import (
     oncall_response_hours,
 )
 from hud.promotion.overrides import add_exclusion, create_override, revoke_override
+from hud.promotion.snapshot import current_gate
 
 __all__ = [
     "ADMIN_GROUP",
@@ -48,6 +49,7 @@ __all__ = [
     "admin_overview",
     "approve",
     "create_override",
+    "current_gate",
     "daily_evaluation",
     "decide_warning",
     "effective_level",

@@ -4,7 +4,7 @@ import datetime as dt
 
 from django.core.exceptions import ValidationError
 
-from hud.core import clock
+from hud.core import clock, revisions
 from hud.levels.roles import User, require_admin
 from hud.models import Downstream, GateExclusion, Job, LevelOverride
 
@@ -37,6 +37,7 @@ def revoke_override(user: User, override: LevelOverride) -> None:
     LevelOverride.objects.filter(pk=override.pk, revoked_at__isnull=True).update(
         revoked_at=clock.now()
     )
+    revisions.bump(override.downstream_id)  # an update() sends no post_save
 
 
 def add_exclusion(

@@ -1,0 +1,148 @@
+"""The backend page's kept gate (`hud.promotion.snapshot`): served only while nothing it read
+changed, and evaluated anew after every write, admin action, file edit or when it ages out."""
+
+import datetime as dt
+
+import pytest
+from django.core.cache import cache
+
+from hud import promotion
+from hud.core import revisions
+from hud.models import GateExclusion, Level
+from hud.promotion import snapshot
+from tests.conftest import NOW
+from tests.promotion import admin, backend, criterion, report, report_at
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def evaluations(monkeypatch):
+    """Counts the live evaluations `current_gate` makes."""
+    calls = []
+    live = snapshot.evaluate_backend
+
+    def counted(downstream, as_of=None, target_level=None):
+        calls.append(as_of)
+        return live(downstream, as_of, target_level)
+
+    monkeypatch.setattr(snapshot, "evaluate_backend", counted)
+    return calls
+
+
+HOUR = dt.timedelta(hours=1)
+
+
+@pytest.fixture
+def npu(frozen_clock):
+    """A backend with three green jobs in the hours before NOW."""
+    item = backend("org/npu", Level.L2, since=NOW - dt.timedelta(days=40))
+    report_at(frozen_clock, item, NOW - 4 * HOUR, 3, HOUR)
+    return item
+
+
+def _fails_an_hour_ago(clock, downstream) -> None:
+    """A red job received an hour before NOW (the clock is put back)."""
+    report_at(clock, downstream, NOW - HOUR, 1, HOUR, "failure")
+
+
+def _pass_rate_n(gate) -> int:
+    return criterion(gate.to_dict(), "job_pass_rate")["n"]
+
+
+def test_a_second_view_serves_the_kept_evaluation_and_equals_the_live_one(npu, evaluations):
+    first = promotion.current_gate(npu, NOW)
+    again = promotion.current_gate(npu, NOW + dt.timedelta(seconds=30))
+    assert evaluations == [NOW]
+    assert again.to_dict() == first.to_dict() == promotion.evaluate_backend(npu, NOW).to_dict()
+    assert again.evaluation.as_of == NOW  # the page says which moment it shows
+
+
+def test_a_stored_result_is_counted_at_the_next_view(npu, evaluations, frozen_clock):
+    assert _pass_rate_n(promotion.current_gate(npu, NOW)) == 3
+    _fails_an_hour_ago(frozen_clock, npu)
+    gate = promotion.current_gate(npu, NOW)
+    assert len(evaluations) == 2
+    assert _pass_rate_n(gate) == 4
+
+
+def test_a_result_of_another_backend_keeps_this_ones_evaluation(npu, evaluations):
+    other = backend("org/tpu", Level.L2)
+    promotion.current_gate(npu, NOW)
+    report(other, "failure")
+    promotion.current_gate(npu, NOW)
+    assert len(evaluations) == 1
+
+
+def test_an_exclusion_and_a_revoked_override_are_applied_at_the_next_view(npu, evaluations):
+    promotion.current_gate(npu, NOW)
+    promotion.add_exclusion(admin(), npu, "bad runner", start=NOW - dt.timedelta(days=1), end=NOW)
+    gate = promotion.current_gate(npu, NOW)
+    assert len(evaluations) == 2 and len(gate.exclusions) == 1
+    GateExclusion.objects.all().delete()
+    override = promotion.create_override(
+        admin("bob"), backend("org/l3", Level.L3), Level.L2, NOW + dt.timedelta(days=1), "fire"
+    )
+    l3 = override.downstream
+    assert promotion.current_gate(l3, NOW).effective_level == Level.L2
+    promotion.revoke_override(admin("cy"), override)
+    assert promotion.current_gate(l3, NOW).effective_level == Level.L3
+    assert promotion.current_gate(npu, NOW).exclusions == []
+    assert len(evaluations) == 5
+
+
+def test_an_evaluation_ages_out_and_never_serves_an_earlier_clock(npu, evaluations, settings):
+    settings.CRCR_GATE_SNAPSHOT_SECONDS = 300
+    promotion.current_gate(npu, NOW)
+    promotion.current_gate(npu, NOW + dt.timedelta(seconds=299))
+    later = NOW + dt.timedelta(seconds=300)
+    assert promotion.current_gate(npu, later).evaluation.as_of == later
+    assert promotion.current_gate(npu, NOW).evaluation.as_of == NOW
+    assert evaluations == [NOW, later, NOW]
+
+
+def test_an_edited_policy_file_applies_at_the_next_view(npu, evaluations, settings, tmp_path):
+    policy = tmp_path / "policy.yml"
+    shipped = snapshot.gates.DEFAULT_POLICY_PATH.read_text(encoding="utf-8")
+    policy.write_text(shipped, encoding="utf-8")
+    settings.CRCR_GATE_POLICY = str(policy)
+    promotion.current_gate(npu, NOW)
+    policy.write_text(shipped + "\n# edited\n", encoding="utf-8")
+    promotion.current_gate(npu, NOW)
+    assert len(evaluations) == 2
+
+
+def test_a_write_during_the_evaluation_is_not_hidden_by_what_it_kept(
+    npu, monkeypatch, frozen_clock
+):
+    live = snapshot.evaluate_backend
+    calls = []
+
+    def racing(downstream, as_of=None, target_level=None):
+        calls.append(as_of)
+        gate = live(downstream, as_of, target_level)
+        if len(calls) == 1:
+            _fails_an_hour_ago(frozen_clock, npu)  # lands after the evaluation read the jobs
+        return gate
+
+    monkeypatch.setattr(snapshot, "evaluate_backend", racing)
+    assert _pass_rate_n(promotion.current_gate(npu, NOW)) == 3
+    assert _pass_rate_n(promotion.current_gate(npu, NOW)) == 4
+    assert len(calls) == 2
+
+
+def test_a_lost_revision_never_matches_a_kept_evaluation(npu, evaluations):
+    promotion.current_gate(npu, NOW)
+    cache.delete(f"crcr:revision:{npu.id}")  # evicted, or the cache restarted
+    promotion.current_gate(npu, NOW)
+    assert len(evaluations) == 2
+    assert revisions.current(npu.id) == revisions.current(npu.id)
+
+
+def test_the_backend_page_shows_the_gate_of_the_latest_result(npu, client, frozen_clock):
+    page = client.get(f"/crcr/{npu.full_name}")
+    assert page.context["data"].gate.evaluation.as_of == NOW
+    assert _pass_rate_n(page.context["data"].gate) == 3
+    _fails_an_hour_ago(frozen_clock, npu)
+    page = client.get(f"/crcr/{npu.full_name}")
+    assert _pass_rate_n(page.context["data"].gate) == 4
