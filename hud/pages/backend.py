@@ -27,6 +27,7 @@ from hud.pages.common import (
 )
 from hud.pages.matrices import Matrix, MatrixFilters, compact_wanted, matrix
 from hud.reads import selectors
+from hud.reads.gate import gate_jobs
 
 if TYPE_CHECKING:
     from hud.promotion import User
@@ -158,8 +159,9 @@ def backend_page(
     window = Window.ending(now, days)
     override = selectors.active_overrides([backend.id], now).get(backend.id)
     gate = promotion.current_gate(backend, now)
-    # The rows `jobs_frame(window.start, window.end)` selects, so `/crcr` shows the same.
-    frame = stats.prepare(selectors.jobs_frame(window.start, now, [backend.id]))
+    # The jobs `jobs_frame(window.start, now)` selects, so `/crcr` shows the same, prepared
+    # from the derived layer (what `stats.prepare` makes of them; tests/pages prove it equal).
+    frame = gate_jobs(backend, (), window.start, now).prepared
     latest = latest_with_status(frame, now)
     events_pr = PR_EVENTS if filters.event_type in (None, *PR_EVENTS) else ()
     events_nightly = NIGHTLY_EVENTS if filters.event_type in (None, *NIGHTLY_EVENTS) else ()

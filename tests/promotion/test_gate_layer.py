@@ -2,11 +2,14 @@
 
 Simulated histories through the real ingestion service (re-runs, matrix legs, cancels that a
 later push supersedes, time-outs and the sweeper, days apart), evaluated as of every midnight
-and moments in between, both ways: every metric, the last result and on-call responses agree.
+and moments in between, both ways: every metric, the last result and on-call responses agree,
+and so does what the backend page builds from its window's jobs (stat cards, daily series, the
+latest attempts with their display status).
 """
 
 import datetime as dt
 
+import pandas as pd
 import pytest
 from django.db import transaction
 from hypothesis import given, settings
@@ -15,6 +18,7 @@ from hypothesis import strategies as st
 from hud import gates, promotion, stats
 from hud.core import clock
 from hud.models import Level
+from hud.pages.common import latest_with_status
 from hud.reads import selectors
 from hud.reads.gate import gate_jobs
 from tests.conftest import NOW
@@ -80,6 +84,29 @@ def _both_ways(backend, as_of: dt.datetime) -> None:
         assert gates.gate_metrics(jobs.prepared, policy, **arguments) == gates.gate_metrics(
             frame, policy, **arguments
         )
+    _page_both_ways(backend, as_of)
+
+
+def _page_both_ways(backend, now: dt.datetime) -> None:
+    """What `hud.pages.backend` builds from a 7-day window ending now, both ways."""
+    start = now - dt.timedelta(days=7)
+    layered = gate_jobs(backend, (), start, now).prepared
+    reference = stats.prepare(selectors.jobs_frame(start, now, [backend.id]))
+    assert stats.backend_summary(layered, start, now, now) == stats.backend_summary(
+        reference, start, now, now
+    )
+    pd.testing.assert_frame_equal(
+        stats.daily_series(layered, start, now), stats.daily_series(reference, start, now)
+    )
+
+    def by_id(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame.sort_values("id").reset_index(drop=True)[sorted(frame.columns)]
+
+    pd.testing.assert_frame_equal(
+        by_id(latest_with_status(layered, now)),
+        by_id(latest_with_status(reference, now)),
+        check_dtype=False,
+    )
 
 
 @pytest.mark.django_db
