@@ -5,8 +5,8 @@ with its outcome class: those are read from the layer and never grouped again
 (`stats.prepare_single_rows`). The attempts themselves are read, and prepared by `hud.stats`,
 only for the logical jobs the layer cannot describe as of `as_of`:
 
-- jobs with another attempt row (re-runs, matrix legs, and attempts placed at or after
-  `as_of`, which the layer has already taken in);
+- jobs with another attempt row (re-runs, matrix legs), and jobs with any row placed at or
+  after `as_of`, which the layer has already taken in;
 - jobs the layer classes as superseded (the superseding push may come after `as_of`);
 - every job of the PRs of those (the universe supersession is judged on).
 
@@ -58,15 +58,16 @@ def gate_jobs(
     span), prepared as of `as_of`, without the logical jobs `exclusions` take out."""
     span = Q(downstream=downstream, placed_at__gte=since - FRAME_MARGIN, placed_at__lt=as_of)
     excluded, taken = _excluded_keys(span, exclusions)
+    # The layer's own `placed_at` (its latest attempt's) selects through its (downstream,
+    # placed_at) index; the joined attempt's would scan every logical job of the backend.
     layer = _layer_frame(
         LogicalJob.objects.filter(
-            downstream=downstream,
-            latest_job__placed_at__gte=since - FRAME_MARGIN,
-            latest_job__placed_at__lt=as_of,
+            downstream=downstream, placed_at__gte=since - FRAME_MARGIN, placed_at__lt=as_of
         )
     )
     superseded = layer[layer["outcome"] == stats.SUPERSEDED]
-    attempts = _attempt_frame(span, _earlier_rows(span), superseded)
+    later = Q(downstream=downstream, placed_at__gte=as_of)
+    attempts = _attempt_frame(span, _earlier_rows(span, later), superseded)
     attempts = attempts[~_has_key(attempts, excluded)]
     single = layer[~_has_key(layer, excluded | _keys(attempts))]
     single = single.assign(downstream=downstream.full_name)
@@ -82,11 +83,13 @@ def _layer_frame(queryset) -> pd.DataFrame:
     return pd.DataFrame.from_records(rows, columns=columns)
 
 
-def _earlier_rows(span: Q) -> list[tuple[str, int]]:
-    """(head SHA, PR number) of the span's rows that are not their logical job's latest: the
-    jobs with another attempt or leg (including one placed at or after `as_of`)."""
+def _earlier_rows(span: Q, later: Q) -> list[tuple[str, int]]:
+    """(head SHA, PR number) of the jobs the layer cannot describe as of `as_of`: the span's
+    rows that are not their logical job's latest (re-runs and legs), and every row placed at or
+    after `as_of` (`later`). The layer has taken those in whichever row it names latest: a
+    later leg still in progress leaves the earlier leg the latest row, yet opens its attempt."""
     latest = LogicalJob.objects.filter(latest_job_id=OuterRef("id"))
-    rows = Job.objects.filter(span).filter(~Exists(latest))
+    rows = Job.objects.filter((span & ~Exists(latest)) | later)
     return list(rows.values_list("head_sha", "pr_number").distinct())
 
 

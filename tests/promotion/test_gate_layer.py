@@ -120,3 +120,33 @@ def test_gate_jobs_from_the_layer_equal_the_attempt_frame(script):
         for as_of in _moments(moving.moment):
             _both_ways(backend, as_of)
         transaction.set_rollback(True)
+
+
+@pytest.mark.django_db
+def test_a_row_placed_after_the_moment_never_changes_the_gate_as_of_it():
+    """Found by the property test: a PR's re-runs arriving out of order, then a push row of the
+    same run still in progress, placed hours later. The layer keeps the earlier push row as
+    its latest (outcome: unfinished); as of a moment before the later row, the push passed."""
+    a = "a" * 40
+    build = {"kind": "callback", "sha": a, "job_name": "build", "failed": 0}
+    done = {**build, "completed": True, "conclusion": "success"}
+    script = [
+        {"kind": "wait", "minutes": 1},
+        {**done, "pr": 8, "event_type": "push", "run_attempt": 1},
+        {"kind": "wait", "minutes": 400},
+        {**done, "pr": 7, "event_type": "pull_request", "run_attempt": 2},
+        {"kind": "sweep"},
+        {**done, "pr": 7, "event_type": "pull_request", "run_attempt": 1},
+        {"kind": "wait", "minutes": 400},
+        {**build, "pr": 7, "event_type": "push", "run_attempt": 1, "completed": False,
+         "conclusion": "skipped"},
+    ]  # fmt: skip
+    with clock.frozen_at(NOW) as moving:
+        backend = builders.downstream(REPO, Level.L2)
+        for step in script:
+            _step(backend, step, moving)
+        as_of = NOW + dt.timedelta(hours=5)
+        jobs = gate_jobs(backend, [], as_of - SINCE, as_of)
+        rate = stats.compute_metric("job_pass_rate", jobs.prepared, as_of - SINCE, as_of)
+        assert (rate.value, rate.n) == (1.0, 1)
+        _both_ways(backend, as_of)
