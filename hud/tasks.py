@@ -35,6 +35,12 @@ def prune_used_tokens() -> int:
     return ingest.prune_used_tokens()
 
 
+@shared_task(name="crcr.refresh_gate", **TASK_OPTIONS)
+def refresh_gate(downstream_id: int) -> None:
+    """Evaluate a backend's gate again after new results, for its page (promotion.snapshot)."""
+    promotion.refresh_gate(int(downstream_id))
+
+
 @shared_task(name="crcr.daily_evaluation", **TASK_OPTIONS)
 def daily_evaluation() -> dict:
     """Evaluate every L2+ backend's gates for the day just ended; raise demotion warnings."""

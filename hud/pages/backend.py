@@ -48,6 +48,7 @@ class BackendPage:
     window: Window
     summary: dict[str, Any]
     gate: Any
+    gate_behind: bool  # results arrived after `gate`; it is being evaluated again
     gate_figure: dict | None
     pr_matrix: Matrix
     nightly_matrix: Matrix
@@ -158,7 +159,8 @@ def backend_page(
         return None
     window = Window.ending(now, days)
     override = selectors.active_overrides([backend.id], now).get(backend.id)
-    gate = promotion.current_gate(backend, now)
+    view = promotion.current_gate(backend, now)
+    gate = view.gate
     # The jobs `jobs_frame(window.start, now)` selects, so `/crcr` shows the same, prepared
     # from the derived layer (what `stats.prepare` makes of them; tests/pages prove it equal).
     frame = gate_jobs(backend, (), window.start, now).prepared
@@ -180,6 +182,7 @@ def backend_page(
         window=window,
         summary=backend_summary(frame, window, now),
         gate=gate,
+        gate_behind=view.behind,
         gate_figure=charts.figure_json(charts.gate_history_figure(history))
         if not history.empty
         else None,

@@ -38,11 +38,13 @@ from hud.promotion.evaluation import (
     oncall_response_hours,
 )
 from hud.promotion.overrides import add_exclusion, create_override, revoke_override
-from hud.promotion.snapshot import current_gate
+from hud.promotion.snapshot import GateView, current_gate
+from hud.promotion.snapshot import refresh as refresh_gate
 
 __all__ = [
     "ADMIN_GROUP",
     "BackendGate",
+    "GateView",
     "User",
     "active_override",
     "add_exclusion",
@@ -62,6 +64,7 @@ __all__ = [
     "maintains",
     "oncall_response_hours",
     "pr_description",
+    "refresh_gate",
     "reject",
     "request_change",
     "require_admin",

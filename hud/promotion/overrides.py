@@ -4,9 +4,10 @@ import datetime as dt
 
 from django.core.exceptions import ValidationError
 
-from hud.core import clock, revisions
+from hud.core import clock
 from hud.levels.roles import User, require_admin
 from hud.models import Downstream, GateExclusion, Job, LevelOverride
+from hud.promotion import snapshot
 
 
 def create_override(
@@ -37,7 +38,7 @@ def revoke_override(user: User, override: LevelOverride) -> None:
     LevelOverride.objects.filter(pk=override.pk, revoked_at__isnull=True).update(
         revoked_at=clock.now()
     )
-    revisions.bump(override.downstream_id)  # an update() sends no post_save
+    snapshot.forget(override.downstream_id)  # an update() sends no post_save
 
 
 def add_exclusion(

@@ -1,26 +1,30 @@
-"""A backend's gate as its page shows it: the last evaluation, while nothing it read changed.
+"""A backend's gate as its page shows it: the last evaluation, kept and refreshed in the background.
 
 `evaluate_backend` judges the window's failures against every backend and prepares a month of
-jobs: 0.1–0.3 s per backend (docs/performance.md), which every view of the backend page paid.
-`current_gate` serves the evaluation kept in Django's cache (shared by every process in
-production) when all of these hold, and otherwise evaluates it and keeps the result:
+jobs: 0.1–0.3 s per backend (docs/performance.md), which every view of the backend page paid,
+and which kept a new result from showing on the page for as long. `current_gate` serves the
+evaluation kept in Django's cache (shared by every process in production):
 
-- it was computed at the backend's current revision (`hud.core.revisions`): no result, re-run
-  or sweeper close was stored for this backend since, and no exclusion, override or level
-  change of it was made (each bumps the revision);
-- with the same gate policy and infra signatures files (an edit applies at once);
-- as of at most `CRCR_GATE_SNAPSHOT_SECONDS` (default 300) before `now`, and not after it.
+- **current**: computed at the backend's current revision (`hud.core.revisions`: no result,
+  re-run or sweeper close of this backend stored since), with the same gate policy and infra
+  signatures files, as of at most `CRCR_GATE_SNAPSHOT_SECONDS` (default 300) before `now` and
+  not after it: served as it is;
+- **behind**: the same, but results of the backend were stored since: served, marked behind
+  (the page says so), while `crcr.refresh_gate` evaluates it again in the background (one
+  refresh at a time per backend); the page's next view, or its own refresh, shows the result;
+- otherwise (none kept, too old, a file edited, or an exclusion, override or level change of
+  the backend made, which drops what was kept): evaluated at once and kept.
 
-That last bound is all that covers what no write of this backend changes: the gate's windows
-slide with time, and a result of *another* backend on one of this backend's failing SHAs may
-corroborate a failure and move the gate-adjusted pass rate. Both reach the page within it; the
-page says which moment its gate is as of. Everything that decides (requests, the daily
-evaluation, the API with `as_of`) evaluates live.
+The age bound covers what no write of the backend changes: the gate's windows slide with
+time, and a result of *another* backend on one of this backend's failing SHAs may corroborate
+a failure and move the gate-adjusted pass rate. The page says which moment its gate is as of.
+Everything that decides (requests, the daily evaluation, the API) evaluates live.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -28,11 +32,13 @@ from django.core.cache import cache
 from django.db.models.signals import post_delete, post_save
 
 from hud import attribution, gates
-from hud.core import files, revisions
+from hud.core import clock, files, revisions, taskqueue
 from hud.models import Downstream, GateExclusion, Job, LevelChange, LevelOverride
 from hud.promotion.evaluation import BackendGate, evaluate_backend
 
 _KEY = "crcr:gate-snapshot:{}"
+_REFRESHING = "crcr:gate-refreshing:{}"
+_REFRESH_LOCK_SECONDS = 120
 
 
 def _config_version() -> tuple:
@@ -41,34 +47,83 @@ def _config_version() -> tuple:
     return files.version(policy), files.version(attribution.signatures_path())
 
 
-def current_gate(downstream: Downstream, now: dt.datetime) -> BackendGate:
-    """`evaluate_backend(downstream, now)`, or the kept evaluation that still stands for it."""
-    # Read before evaluating: a write during the evaluation changes the revision, so what
-    # is kept then never passes for current.
-    token = (revisions.current(downstream.id), _config_version())
-    max_age = dt.timedelta(seconds=settings.CRCR_GATE_SNAPSHOT_SECONDS)
-    key = _KEY.format(downstream.id)
-    kept = cache.get(key)
+@dataclass(frozen=True)
+class GateView:
+    """The evaluation a page shows, and whether results arrived after it (being refreshed)."""
+
+    gate: BackendGate
+    behind: bool = False
+
+
+def current_gate(downstream: Downstream, now: dt.datetime) -> GateView:
+    """The kept evaluation of `downstream` as of a moment near `now` (see the module)."""
+    token = _token(downstream.id)
+    kept = cache.get(_KEY.format(downstream.id))
     if kept is not None:
         kept_token, gate = kept
         as_of = gate.evaluation.as_of
-        if kept_token == token and as_of <= now < as_of + max_age:
-            return gate
+        recent = as_of <= now < as_of + _max_age()
+        if recent and kept_token == token:
+            return GateView(gate)
+        if recent and kept_token[1] == token[1]:
+            _schedule_refresh(downstream.id)
+            return GateView(gate, behind=True)
+    return GateView(_evaluate_and_keep(downstream, now))
+
+
+def refresh(downstream_id: int) -> None:
+    """Evaluate a backend's gate now and keep it (the `crcr.refresh_gate` task)."""
+    # Taken before evaluating, so a result stored meanwhile can schedule the next refresh.
+    cache.delete(_REFRESHING.format(downstream_id))
+    downstream = Downstream.objects.filter(id=downstream_id).first()
+    if downstream is not None:
+        _evaluate_and_keep(downstream, clock.now())
+
+
+def forget(downstream_id: int) -> None:
+    """Drop a backend's kept evaluation: its next view evaluates at once."""
+    cache.delete(_KEY.format(downstream_id))
+
+
+def _max_age() -> dt.timedelta:
+    return dt.timedelta(seconds=settings.CRCR_GATE_SNAPSHOT_SECONDS)
+
+
+def _token(downstream_id: int) -> tuple:
+    return revisions.current(downstream_id), _config_version()
+
+
+def _evaluate_and_keep(downstream: Downstream, now: dt.datetime) -> BackendGate:
+    # The token is read before evaluating: a write during the evaluation changes it, so what
+    # is kept then is never served as current.
+    token = _token(downstream.id)
     gate = evaluate_backend(downstream, now)
-    cache.set(key, (token, gate), timeout=settings.CRCR_GATE_SNAPSHOT_SECONDS)
+    cache.set(
+        _KEY.format(downstream.id), (token, gate), timeout=settings.CRCR_GATE_SNAPSHOT_SECONDS
+    )
     return gate
 
 
+def _schedule_refresh(downstream_id: int) -> None:
+    # One refresh at a time per backend; the lock also lapses, should the task be lost.
+    if cache.add(_REFRESHING.format(downstream_id), 1, timeout=_REFRESH_LOCK_SECONDS):
+        taskqueue.enqueue("crcr.refresh_gate", downstream_id)
+
+
 def _bump_for(sender: Any, instance: Any, **kwargs: Any) -> None:
-    revisions.bump(instance.id if sender is Downstream else instance.downstream_id)
+    downstream_id = instance.id if sender is Downstream else instance.downstream_id
+    revisions.bump(downstream_id)
+    if sender is not Job:
+        forget(downstream_id)
 
 
 def connect_signals() -> None:
-    """Bump a backend's revision whenever the ORM saves or deletes a row its gate reads.
+    """Keep kept evaluations honest about rows the ORM saves or deletes.
 
-    The callback path writes jobs in plain SQL and bumps in `hud.ingestion.derived`; these
-    cover everything saved through models (admins' exclusions, overrides, level changes,
-    allowlist imports, jobs edited in the admin).
+    A job saved through a model bumps its backend's revision, as the callback path does in
+    `hud.ingestion.derived` (the refresh shows it); the backend, its exclusions, overrides and
+    level changes (admins' actions, allowlist imports) also drop the kept evaluation, so the
+    next view shows what the admin just did.
     """
     for model in (Downstream, Job, GateExclusion, LevelChange, LevelOverride):
         for signal in (post_save, post_delete):

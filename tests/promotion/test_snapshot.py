@@ -1,5 +1,6 @@
-"""The backend page's kept gate (`hud.promotion.snapshot`): served only while nothing it read
-changed, and evaluated anew after every write, admin action, file edit or when it ages out."""
+"""The backend page's kept gate (`hud.promotion.snapshot`): current while nothing it read
+changed; after new results, served marked behind while a refresh evaluates it again; evaluated
+at once after an admin action, a file edit, or when it ages out."""
 
 import datetime as dt
 
@@ -54,16 +55,25 @@ def test_a_second_view_serves_the_kept_evaluation_and_equals_the_live_one(npu, e
     first = promotion.current_gate(npu, NOW)
     again = promotion.current_gate(npu, NOW + dt.timedelta(seconds=30))
     assert evaluations == [NOW]
-    assert again.to_dict() == first.to_dict() == promotion.evaluate_backend(npu, NOW).to_dict()
-    assert again.evaluation.as_of == NOW  # the page says which moment it shows
+    assert not again.behind
+    live = promotion.evaluate_backend(npu, NOW).to_dict()
+    assert again.gate.to_dict() == first.gate.to_dict() == live
+    assert again.gate.evaluation.as_of == NOW  # the page says which moment it shows
 
 
-def test_a_stored_result_is_counted_at_the_next_view(npu, evaluations, frozen_clock):
-    assert _pass_rate_n(promotion.current_gate(npu, NOW)) == 3
+def test_a_stored_result_is_shown_behind_until_the_refresh_counts_it(
+    npu, evaluations, frozen_clock, inline_tasks, django_capture_on_commit_callbacks
+):
+    assert _pass_rate_n(promotion.current_gate(npu, NOW).gate) == 3
     _fails_an_hour_ago(frozen_clock, npu)
-    gate = promotion.current_gate(npu, NOW)
+    with django_capture_on_commit_callbacks(execute=True):
+        behind = promotion.current_gate(npu, NOW)
+        assert behind.behind and _pass_rate_n(behind.gate) == 3  # served at once, said so
+        promotion.current_gate(npu, NOW)  # a second reader meanwhile: one refresh only
+    assert [name for name, _, _ in inline_tasks.ran] == ["crcr.refresh_gate"]
+    refreshed = promotion.current_gate(npu, NOW)
+    assert not refreshed.behind and _pass_rate_n(refreshed.gate) == 4
     assert len(evaluations) == 2
-    assert _pass_rate_n(gate) == 4
 
 
 def test_a_result_of_another_backend_keeps_this_ones_evaluation(npu, evaluations):
@@ -77,17 +87,17 @@ def test_a_result_of_another_backend_keeps_this_ones_evaluation(npu, evaluations
 def test_an_exclusion_and_a_revoked_override_are_applied_at_the_next_view(npu, evaluations):
     promotion.current_gate(npu, NOW)
     promotion.add_exclusion(admin(), npu, "bad runner", start=NOW - dt.timedelta(days=1), end=NOW)
-    gate = promotion.current_gate(npu, NOW)
-    assert len(evaluations) == 2 and len(gate.exclusions) == 1
+    view = promotion.current_gate(npu, NOW)
+    assert len(evaluations) == 2 and len(view.gate.exclusions) == 1 and not view.behind
     GateExclusion.objects.all().delete()
     override = promotion.create_override(
         admin("bob"), backend("org/l3", Level.L3), Level.L2, NOW + dt.timedelta(days=1), "fire"
     )
     l3 = override.downstream
-    assert promotion.current_gate(l3, NOW).effective_level == Level.L2
+    assert promotion.current_gate(l3, NOW).gate.effective_level == Level.L2
     promotion.revoke_override(admin("cy"), override)
-    assert promotion.current_gate(l3, NOW).effective_level == Level.L3
-    assert promotion.current_gate(npu, NOW).exclusions == []
+    assert promotion.current_gate(l3, NOW).gate.effective_level == Level.L3
+    assert promotion.current_gate(npu, NOW).gate.exclusions == []
     assert len(evaluations) == 5
 
 
@@ -96,8 +106,8 @@ def test_an_evaluation_ages_out_and_never_serves_an_earlier_clock(npu, evaluatio
     promotion.current_gate(npu, NOW)
     promotion.current_gate(npu, NOW + dt.timedelta(seconds=299))
     later = NOW + dt.timedelta(seconds=300)
-    assert promotion.current_gate(npu, later).evaluation.as_of == later
-    assert promotion.current_gate(npu, NOW).evaluation.as_of == NOW
+    assert promotion.current_gate(npu, later).gate.evaluation.as_of == later
+    assert promotion.current_gate(npu, NOW).gate.evaluation.as_of == NOW
     assert evaluations == [NOW, later, NOW]
 
 
@@ -126,23 +136,36 @@ def test_a_write_during_the_evaluation_is_not_hidden_by_what_it_kept(
         return gate
 
     monkeypatch.setattr(snapshot, "evaluate_backend", racing)
-    assert _pass_rate_n(promotion.current_gate(npu, NOW)) == 3
-    assert _pass_rate_n(promotion.current_gate(npu, NOW)) == 4
+    assert _pass_rate_n(promotion.current_gate(npu, NOW).gate) == 3
+    assert promotion.current_gate(npu, NOW).behind  # kept under the revision before the write
+    snapshot.refresh(npu.id)
+    assert _pass_rate_n(promotion.current_gate(npu, NOW).gate) == 4
     assert len(calls) == 2
 
 
-def test_a_lost_revision_never_matches_a_kept_evaluation(npu, evaluations):
+def test_a_lost_revision_never_passes_a_kept_evaluation_for_current(npu, evaluations):
     promotion.current_gate(npu, NOW)
     cache.delete(f"crcr:revision:{npu.id}")  # evicted, or the cache restarted
-    promotion.current_gate(npu, NOW)
-    assert len(evaluations) == 2
+    assert promotion.current_gate(npu, NOW).behind
     assert revisions.current(npu.id) == revisions.current(npu.id)
+    assert len(evaluations) == 1
 
 
-def test_the_backend_page_shows_the_gate_of_the_latest_result(npu, client, frozen_clock):
+def test_the_backend_page_says_its_gate_is_behind_then_shows_the_latest_result(
+    npu, client, frozen_clock, inline_tasks, django_capture_on_commit_callbacks
+):
     page = client.get(f"/crcr/{npu.full_name}")
     assert page.context["data"].gate.evaluation.as_of == NOW
     assert _pass_rate_n(page.context["data"].gate) == 3
+    assert b'id="gate-behind"' not in page.content
     _fails_an_hour_ago(frozen_clock, npu)
+    with django_capture_on_commit_callbacks(execute=True):
+        page = client.get(f"/crcr/{npu.full_name}")
+    assert b'id="gate-behind"' in page.content and _pass_rate_n(page.context["data"].gate) == 3
     page = client.get(f"/crcr/{npu.full_name}")
     assert _pass_rate_n(page.context["data"].gate) == 4
+    assert b'id="gate-behind"' not in page.content
+
+
+def test_a_refresh_of_a_deleted_backend_does_nothing(db):
+    snapshot.refresh(10**9)
