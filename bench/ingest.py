@@ -1,6 +1,7 @@
 """Ingestion throughput against its floor, and answer → visible latency (issue 9, perf 1–2).
 
     .venv/bin/python bench/ingest.py [--jobs 600] [--jobs-large 40] [--rounds 3] [--concurrency 16]
+        [--cache-url redis://127.0.0.1:6379/3]   # workers share a cache, as production's Redis
 
 What it does, all on this machine, cleaning up after itself:
 
@@ -300,8 +301,9 @@ def gunicorn_workers() -> tuple[int, str]:
     return 2 * (os.cpu_count() or 1) + 1, "2 × cores + 1 (no deploy/gunicorn.conf.py)"
 
 
-def app_environment(url: str, jwks_url: str) -> dict[str, str]:
-    """The environment the app runs with: production-like, DEBUG off."""
+def app_environment(url: str, jwks_url: str, cache_url: str | None = None) -> dict[str, str]:
+    """The environment the app runs with: production-like, DEBUG off; `cache_url` shares the
+    Django cache between gunicorn's workers, as production's Redis does."""
     env = {
         key: value
         for key, value in os.environ.items()
@@ -320,6 +322,8 @@ def app_environment(url: str, jwks_url: str) -> dict[str, str]:
         LOG_LEVEL="WARNING",
         PYTHONPATH=str(ROOT),
     )
+    if cache_url:
+        env["CACHE_URL"] = cache_url
     return env
 
 
@@ -766,6 +770,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; best kept")
     parser.add_argument("--latency-samples", type=int, default=50)
     parser.add_argument("--profile", type=int, metavar="FAILED_TESTS", default=None)
+    parser.add_argument(
+        "--cache-url", help="Django cache for the workers (e.g. redis://127.0.0.1:6379/3)"
+    )
     args = parser.parse_args()
 
     url = f"{args.pg}/{DB_NAME}"
@@ -778,7 +785,7 @@ def main() -> int:
     ]
     names = SimpleNamespace(CRCR_OIDC_ISSUER=GITHUB_ISSUER, CRCR_OIDC_AUDIENCE=CRCR_AUDIENCE)
     issuer = OidcIssuer(server, keys, names)
-    env = app_environment(url, server.url)
+    env = app_environment(url, server.url, args.cache_url)
     gunicorn = None
     try:
         subprocess.run(
