@@ -35,7 +35,9 @@ def prune_used_tokens() -> int:
     return ingest.prune_used_tokens()
 
 
-@shared_task(name="crcr.refresh_gate", **TASK_OPTIONS)
+# No retries: the backend page's next view schedules another refresh, and a refresh that fails
+# for a lasting reason would only multiply the load.
+@shared_task(name="crcr.refresh_gate", acks_late=True)
 def refresh_gate(downstream_id: int) -> None:
     """Evaluate a backend's gate again after new results, for its page (promotion.snapshot)."""
     promotion.refresh_gate(int(downstream_id))

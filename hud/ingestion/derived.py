@@ -418,8 +418,8 @@ def refresh_job(job: Any) -> None:
     key = (job.downstream_id, job.event_type, job.head_sha, job.workflow_name, job.job_name)
     with connection.cursor() as cursor:
         refresh(cursor, connection.vendor, key, job.pr_number)
-    revisions.bump(job.downstream_id)
-    transaction.on_commit(functools.partial(revisions.bump, job.downstream_id))
+    revisions.bump(job.downstream_id, revisions.RESULTS)
+    transaction.on_commit(functools.partial(revisions.bump, job.downstream_id, revisions.RESULTS))
 
 
 # --------------------------------------------------------------------------- rebuild

@@ -38,7 +38,7 @@ def revoke_override(user: User, override: LevelOverride) -> None:
     LevelOverride.objects.filter(pk=override.pk, revoked_at__isnull=True).update(
         revoked_at=clock.now()
     )
-    snapshot.forget(override.downstream_id)  # an update() sends no post_save
+    snapshot.settings_changed(override.downstream_id)  # an update() sends no post_save
 
 
 def add_exclusion(

@@ -10,10 +10,10 @@ evaluation kept in Django's cache (shared by every process in production):
   signatures files, as of at most `CRCR_GATE_SNAPSHOT_SECONDS` (default 300) before `now` and
   not after it: served as it is;
 - **behind**: the same, but results of the backend were stored since: served, marked behind
-  (the page says so), while `crcr.refresh_gate` evaluates it again in the background (one
-  refresh at a time per backend); the page's next view, or its own refresh, shows the result;
+  (the page says so), while `crcr.refresh_gate` evaluates it again in the background (at
+  most one waits per backend); the page's next view, or its own refresh, shows the result;
 - otherwise (none kept, too old, a file edited, or an exclusion, override or level change of
-  the backend made, which drops what was kept): evaluated at once and kept.
+  the backend made since: its settings revision): evaluated at once and kept.
 
 The age bound covers what no write of the backend changes: the gate's windows slide with
 time, and a result of *another* backend on one of this backend's failing SHAs may corroborate
@@ -24,11 +24,15 @@ Everything that decides (requests, the daily evaluation, the API) evaluates live
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import logging
+import pickle
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
+from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 
 from hud import attribution, gates
@@ -36,7 +40,10 @@ from hud.core import clock, files, revisions, taskqueue
 from hud.models import Downstream, GateExclusion, Job, LevelChange, LevelOverride
 from hud.promotion.evaluation import BackendGate, evaluate_backend
 
-_KEY = "crcr:gate-snapshot:{}"
+logger = logging.getLogger(__name__)
+# The version names the pickled shape (BackendGate and what it holds): bump it when that
+# changes, so a release never reads what another one kept.
+_KEY = "crcr:gate-snapshot:v1:{}"
 _REFRESHING = "crcr:gate-refreshing:{}"
 _REFRESH_LOCK_SECONDS = 120
 
@@ -58,14 +65,15 @@ class GateView:
 def current_gate(downstream: Downstream, now: dt.datetime) -> GateView:
     """The kept evaluation of `downstream` as of a moment near `now` (see the module)."""
     token = _token(downstream.id)
-    kept = cache.get(_KEY.format(downstream.id))
+    kept = _kept(downstream.id)
     if kept is not None:
         kept_token, gate = kept
         as_of = gate.evaluation.as_of
         recent = as_of <= now < as_of + _max_age()
         if recent and kept_token == token:
             return GateView(gate)
-        if recent and kept_token[1] == token[1]:
+        # Only results arrived since: the settings and files it was evaluated with still hold.
+        if recent and kept_token[1:] == token[1:]:
             _schedule_refresh(downstream.id)
             return GateView(gate, behind=True)
     return GateView(_evaluate_and_keep(downstream, now))
@@ -73,16 +81,29 @@ def current_gate(downstream: Downstream, now: dt.datetime) -> GateView:
 
 def refresh(downstream_id: int) -> None:
     """Evaluate a backend's gate now and keep it (the `crcr.refresh_gate` task)."""
-    # Taken before evaluating, so a result stored meanwhile can schedule the next refresh.
+    # Released before evaluating, so a result stored meanwhile can schedule the next refresh.
     cache.delete(_REFRESHING.format(downstream_id))
     downstream = Downstream.objects.filter(id=downstream_id).first()
     if downstream is not None:
         _evaluate_and_keep(downstream, clock.now())
 
 
-def forget(downstream_id: int) -> None:
-    """Drop a backend's kept evaluation: its next view evaluates at once."""
-    cache.delete(_KEY.format(downstream_id))
+def settings_changed(downstream_id: int, using: str | None = None) -> None:
+    """An exclusion, override or level change of the backend: what was kept no longer stands,
+    now and once the change commits (a reader in between evaluated the rows before it)."""
+    revisions.bump(downstream_id, revisions.SETTINGS)
+    transaction.on_commit(
+        functools.partial(revisions.bump, downstream_id, revisions.SETTINGS), using=using
+    )
+
+
+def _kept(downstream_id: int) -> tuple | None:
+    try:
+        return cache.get(_KEY.format(downstream_id))
+    except (pickle.UnpicklingError, AttributeError, ImportError, TypeError, EOFError):
+        # Kept by a worker of another release whose classes differ (a rolling deploy).
+        logger.warning("kept gate evaluation unreadable", extra={"downstream": downstream_id})
+        return None
 
 
 def _max_age() -> dt.timedelta:
@@ -90,12 +111,16 @@ def _max_age() -> dt.timedelta:
 
 
 def _token(downstream_id: int) -> tuple:
-    return revisions.current(downstream_id), _config_version()
+    return (
+        revisions.current(downstream_id, revisions.RESULTS),
+        revisions.current(downstream_id, revisions.SETTINGS),
+        _config_version(),
+    )
 
 
 def _evaluate_and_keep(downstream: Downstream, now: dt.datetime) -> BackendGate:
-    # The token is read before evaluating: a write during the evaluation changes it, so what
-    # is kept then is never served as current.
+    # The tokens are read before evaluating: a write during the evaluation changes one, so
+    # what is kept then is never served as current.
     token = _token(downstream.id)
     gate = evaluate_backend(downstream, now)
     cache.set(
@@ -105,25 +130,26 @@ def _evaluate_and_keep(downstream: Downstream, now: dt.datetime) -> BackendGate:
 
 
 def _schedule_refresh(downstream_id: int) -> None:
-    # One refresh at a time per backend; the lock also lapses, should the task be lost.
+    # At most one refresh waits per backend; the lock also lapses, should the task be lost.
     if cache.add(_REFRESHING.format(downstream_id), 1, timeout=_REFRESH_LOCK_SECONDS):
         taskqueue.enqueue("crcr.refresh_gate", downstream_id)
 
 
 def _bump_for(sender: Any, instance: Any, **kwargs: Any) -> None:
+    if sender is Job:
+        revisions.bump(instance.downstream_id, revisions.RESULTS)
+        return
     downstream_id = instance.id if sender is Downstream else instance.downstream_id
-    revisions.bump(downstream_id)
-    if sender is not Job:
-        forget(downstream_id)
+    settings_changed(downstream_id, kwargs.get("using"))
 
 
 def connect_signals() -> None:
     """Keep kept evaluations honest about rows the ORM saves or deletes.
 
-    A job saved through a model bumps its backend's revision, as the callback path does in
-    `hud.ingestion.derived` (the refresh shows it); the backend, its exclusions, overrides and
-    level changes (admins' actions, allowlist imports) also drop the kept evaluation, so the
-    next view shows what the admin just did.
+    A job saved through a model changes its backend's results revision, as the callback path
+    does in `hud.ingestion.derived` (the page shows the kept gate behind while it refreshes);
+    the backend, its exclusions, overrides and level changes (admins' actions, allowlist
+    imports, the daily demotion) change its settings revision, so the next view evaluates.
     """
     for model in (Downstream, Job, GateExclusion, LevelChange, LevelOverride):
         for signal in (post_save, post_delete):

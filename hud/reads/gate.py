@@ -66,8 +66,7 @@ def gate_jobs(
         )
     )
     superseded = layer[layer["outcome"] == stats.SUPERSEDED]
-    later = Q(downstream=downstream, placed_at__gte=as_of)
-    attempts = _attempt_frame(span, _earlier_rows(span, later), superseded)
+    attempts = _attempt_frame(span, _earlier_rows(span, as_of), superseded)
     attempts = attempts[~_has_key(attempts, excluded)]
     single = layer[~_has_key(layer, excluded | _keys(attempts))]
     single = single.assign(downstream=downstream.full_name)
@@ -83,13 +82,17 @@ def _layer_frame(queryset) -> pd.DataFrame:
     return pd.DataFrame.from_records(rows, columns=columns)
 
 
-def _earlier_rows(span: Q, later: Q) -> list[tuple[str, int]]:
-    """(head SHA, PR number) of the jobs the layer cannot describe as of `as_of`: the span's
-    rows that are not their logical job's latest (re-runs and legs), and every row placed at or
-    after `as_of` (`later`). The layer has taken those in whichever row it names latest: a
-    later leg still in progress leaves the earlier leg the latest row, yet opens its attempt."""
+def _earlier_rows(span: Q, as_of: dt.datetime) -> list[tuple[str, int]]:
+    """(head SHA, PR number) of the span's rows whose logical job the layer cannot describe
+    as of `as_of`: rows that are not their logical job's latest (re-runs and legs), and rows
+    of a logical job with another row placed at or after `as_of`, which the layer has taken in
+    whichever row it names latest (a later leg still in progress leaves the earlier leg the
+    latest row, yet opens its attempt). Bounded by the span, however far back `as_of` is."""
     latest = LogicalJob.objects.filter(latest_job_id=OuterRef("id"))
-    rows = Job.objects.filter((span & ~Exists(latest)) | later)
+    later = Job.objects.filter(
+        **{column: OuterRef(column) for column in ("downstream_id", *KEY)}, placed_at__gte=as_of
+    )
+    rows = Job.objects.filter(span).filter(~Exists(latest) | Exists(later))
     return list(rows.values_list("head_sha", "pr_number").distinct())
 
 

@@ -145,7 +145,7 @@ def test_a_write_during_the_evaluation_is_not_hidden_by_what_it_kept(
 
 def test_a_lost_revision_never_passes_a_kept_evaluation_for_current(npu, evaluations):
     promotion.current_gate(npu, NOW)
-    cache.delete(f"crcr:revision:{npu.id}")  # evicted, or the cache restarted
+    cache.delete(f"crcr:revision:results:{npu.id}")  # evicted, or the cache restarted
     assert promotion.current_gate(npu, NOW).behind
     assert revisions.current(npu.id) == revisions.current(npu.id)
     assert len(evaluations) == 1
@@ -169,3 +169,37 @@ def test_the_backend_page_says_its_gate_is_behind_then_shows_the_latest_result(
 
 def test_a_refresh_of_a_deleted_backend_does_nothing(db):
     snapshot.refresh(10**9)
+
+
+def test_an_evaluation_under_way_during_an_exclusion_is_never_served(npu, monkeypatch):
+    """A refresh that read the rows before an admin's exclusion and keeps its result after it:
+    neither current nor behind, so the next view evaluates with the exclusion."""
+    live = snapshot.evaluate_backend
+    calls = []
+
+    def slow(downstream, as_of=None, target_level=None):
+        calls.append(as_of)
+        gate = live(downstream, as_of, target_level)
+        if len(calls) == 1:
+            promotion.add_exclusion(admin(), npu, "bad runner", start=NOW - 5 * HOUR, end=NOW)
+        return gate
+
+    monkeypatch.setattr(snapshot, "evaluate_backend", slow)
+    assert promotion.current_gate(npu, NOW).gate.exclusions == []
+    view = promotion.current_gate(npu, NOW)
+    assert not view.behind and len(view.gate.exclusions) == 1
+    assert len(calls) == 2
+
+
+def test_an_unreadable_kept_evaluation_is_evaluated_again(npu, evaluations, monkeypatch):
+    promotion.current_gate(npu, NOW)
+    read = snapshot.cache.get
+
+    def unreadable(key, *args, **kwargs):
+        if key.startswith("crcr:gate-snapshot:"):
+            raise AttributeError("Can't get attribute 'BackendGate'")  # another release's pickle
+        return read(key, *args, **kwargs)
+
+    monkeypatch.setattr(snapshot.cache, "get", unreadable)
+    assert promotion.current_gate(npu, NOW).gate.evaluation.as_of == NOW
+    assert len(evaluations) == 2
