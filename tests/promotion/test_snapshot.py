@@ -122,20 +122,31 @@ def test_an_edited_policy_file_applies_at_the_next_view(npu, evaluations, settin
     assert len(evaluations) == 2
 
 
+@pytest.fixture
+def during_evaluation(monkeypatch):
+    """`during_evaluation(write)`: `write()` runs once the first live evaluation has read the
+    rows and before it is kept; returns the list of evaluation moments."""
+
+    def install(write):
+        live, calls = snapshot.evaluate_backend, []
+
+        def racing(downstream, as_of=None, target_level=None):
+            calls.append(as_of)
+            gate = live(downstream, as_of, target_level)
+            if len(calls) == 1:
+                write()
+            return gate
+
+        monkeypatch.setattr(snapshot, "evaluate_backend", racing)
+        return calls
+
+    return install
+
+
 def test_a_write_during_the_evaluation_is_not_hidden_by_what_it_kept(
-    npu, monkeypatch, frozen_clock
+    npu, during_evaluation, frozen_clock
 ):
-    live = snapshot.evaluate_backend
-    calls = []
-
-    def racing(downstream, as_of=None, target_level=None):
-        calls.append(as_of)
-        gate = live(downstream, as_of, target_level)
-        if len(calls) == 1:
-            _fails_an_hour_ago(frozen_clock, npu)  # lands after the evaluation read the jobs
-        return gate
-
-    monkeypatch.setattr(snapshot, "evaluate_backend", racing)
+    calls = during_evaluation(lambda: _fails_an_hour_ago(frozen_clock, npu))
     assert _pass_rate_n(promotion.current_gate(npu, NOW).gate) == 3
     assert promotion.current_gate(npu, NOW).behind  # kept under the revision before the write
     snapshot.refresh(npu.id)
@@ -171,20 +182,12 @@ def test_a_refresh_of_a_deleted_backend_does_nothing(db):
     snapshot.refresh(10**9)
 
 
-def test_an_evaluation_under_way_during_an_exclusion_is_never_served(npu, monkeypatch):
+def test_an_evaluation_under_way_during_an_exclusion_is_never_served(npu, during_evaluation):
     """A refresh that read the rows before an admin's exclusion and keeps its result after it:
     neither current nor behind, so the next view evaluates with the exclusion."""
-    live = snapshot.evaluate_backend
-    calls = []
-
-    def slow(downstream, as_of=None, target_level=None):
-        calls.append(as_of)
-        gate = live(downstream, as_of, target_level)
-        if len(calls) == 1:
-            promotion.add_exclusion(admin(), npu, "bad runner", start=NOW - 5 * HOUR, end=NOW)
-        return gate
-
-    monkeypatch.setattr(snapshot, "evaluate_backend", slow)
+    calls = during_evaluation(
+        lambda: promotion.add_exclusion(admin(), npu, "bad runner", start=NOW - 5 * HOUR, end=NOW)
+    )
     assert promotion.current_gate(npu, NOW).gate.exclusions == []
     view = promotion.current_gate(npu, NOW)
     assert not view.behind and len(view.gate.exclusions) == 1
