@@ -10,7 +10,8 @@ result size depends on the number of backends and days, not on the attempts behi
   write time), split at the window's start, over the spread's look-back
   (`stats.SPREAD_LOOKBACK`), fed to `stats.pass_rate_of_counts`;
 - execution seconds of the window's timed attempts (the exact population of
-  `stats.timed_attempts`, one number a row: the mean and median intervals need them all);
+  `stats.timed_attempts`, one array per backend on PostgreSQL: the mean and median intervals
+  need them all);
 - the last completed attempt and the usual gap between the `RECENT_RESULTS` latest ones
   (bounded whatever the window; gaps and percentile in SQL on PostgreSQL), and the stuck
   count, one aggregate each.
@@ -26,6 +27,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
+from django.contrib.postgres.aggregates import ArrayAgg
 from django.db import connection
 from django.db.models import Case, Count, F, Q, Sum, Value, When, Window
 from django.db.models.functions import RowNumber, TruncDate
@@ -200,17 +202,21 @@ def _executions(
 ) -> dict[int, np.ndarray]:
     """Per backend: execution seconds of the window's timed attempts, the population of
     `stats.timed_attempts` (completed, not skipped, placed in the window)."""
-    rows = (
-        Job.objects.filter(
-            downstream_id__in=downstream_ids,
-            status=Job.Status.COMPLETED,
-            placed_at__gte=start,
-            placed_at__lt=end,
-        )
-        .exclude(conclusion=Job.Conclusion.SKIPPED)
-        .values_list("downstream_id", "execution_seconds")
-        .order_by("downstream_id")
-    )
+    rows = Job.objects.filter(
+        downstream_id__in=downstream_ids,
+        status=Job.Status.COMPLETED,
+        placed_at__gte=start,
+        placed_at__lt=end,
+    ).exclude(conclusion=Job.Conclusion.SKIPPED)
+    if connection.vendor == "postgresql":
+        # One array per backend: 50 rows to fetch and convert rather than one per attempt
+        # (86,000 at 30 days of the bench's density; 141 -> 88 ms).
+        arrays = rows.values("downstream_id").annotate(seconds=ArrayAgg("execution_seconds"))
+        return {
+            downstream_id: np.array(seconds, dtype="float64")
+            for downstream_id, seconds in arrays.values_list("downstream_id", "seconds").order_by()
+        }
+    rows = rows.values_list("downstream_id", "execution_seconds").order_by("downstream_id")
     with connection.cursor() as cursor:
         cursor.execute(*rows.query.sql_with_params())
         fetched = cursor.fetchall()
