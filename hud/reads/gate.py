@@ -92,8 +92,12 @@ def _earlier_rows(span: Q, as_of: dt.datetime) -> list[tuple[str, int]]:
     later = Job.objects.filter(
         **{column: OuterRef(column) for column in ("downstream_id", *KEY)}, placed_at__gte=as_of
     )
-    rows = Job.objects.filter(span).filter(~Exists(latest) | Exists(later))
-    return list(rows.values_list("head_sha", "pr_number").distinct())
+    # Two selects under one UNION: ORed, PostgreSQL hashed every LogicalJob's latest id
+    # (102,200 at 100k jobs, 25 ms) instead of probing the index per span row.
+    columns = ("head_sha", "pr_number")
+    not_latest = Job.objects.filter(span).filter(~Exists(latest)).values_list(*columns)
+    with_later = Job.objects.filter(span).filter(Exists(later)).values_list(*columns)
+    return list(not_latest.union(with_later))
 
 
 def _attempt_frame(
