@@ -37,7 +37,7 @@ from django.db.models.signals import post_delete, post_save
 
 from hud import attribution, gates
 from hud.core import clock, files, revisions, taskqueue
-from hud.models import Downstream, GateExclusion, Job, LevelChange, LevelOverride
+from hud.models import Downstream, GateExclusion, LevelChange, LevelOverride
 from hud.promotion.evaluation import BackendGate, evaluate_backend
 
 logger = logging.getLogger(__name__)
@@ -136,21 +136,16 @@ def _schedule_refresh(downstream_id: int) -> None:
 
 
 def _bump_for(sender: Any, instance: Any, **kwargs: Any) -> None:
-    if sender is Job:
-        revisions.bump(instance.downstream_id, revisions.RESULTS)
-        return
     downstream_id = instance.id if sender is Downstream else instance.downstream_id
     settings_changed(downstream_id, kwargs.get("using"))
 
 
 def connect_signals() -> None:
-    """Keep kept evaluations honest about rows the ORM saves or deletes.
-
-    A job saved through a model changes its backend's results revision, as the callback path
-    does in `hud.ingestion.derived` (the page shows the kept gate behind while it refreshes);
-    the backend, its exclusions, overrides and level changes (admins' actions, allowlist
-    imports, the daily demotion) change its settings revision, so the next view evaluates.
+    """Change a backend's settings revision whenever the ORM saves or deletes the backend, its
+    exclusions, overrides or level changes (admins' actions, allowlist imports, the daily
+    demotion), so the next view evaluates. Results have one writer of their revision:
+    `hud.ingestion.derived.refresh_job`, which every stored attempt and sweeper close passes.
     """
-    for model in (Downstream, Job, GateExclusion, LevelChange, LevelOverride):
+    for model in (Downstream, GateExclusion, LevelChange, LevelOverride):
         for signal in (post_save, post_delete):
             signal.connect(_bump_for, sender=model, dispatch_uid=f"gate-revision-{model.__name__}")
