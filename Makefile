@@ -67,7 +67,7 @@ FORCE:
 run: $(DEMO_STAMP)
 	@echo "Serving CRCR HUD on http://$(HOST):$(PORT)/  (Ctrl-C to stop)"
 	@trap 'kill 0' INT TERM EXIT; \
-	$(PY) manage.py run_periodic --loop --interval 300 >/dev/null & \
+	$(PY) manage.py run_periodic --loop >/dev/null & \
 	$(PY) manage.py runserver --noreload --skip-checks $(HOST):$(PORT)
 
 ## make test: the whole suite on whatever DATABASE_URL says (SQLite by default), on every
@@ -82,7 +82,7 @@ lint: venv
 	$(PY) manage.py makemigrations --check --dry-run
 
 clean:
-	rm -rf $(VENV) db.sqlite3* test-db.sqlite3* staticfiles
+	rm -rf $(VENV) db.sqlite3* test-db.sqlite3* staticfiles var
 
 ## make screenshots: one PNG per page into docs/screenshots/ (the README tour), taken in headless
 ## Chromium (Debian `chromium chromium-driver`; symbols need only fonts-dejavu-core). Not a test.

@@ -41,6 +41,9 @@ app.conf.beat_schedule = {
     # Notifications: stale/silent/gate-failure checks, and re-sending what is due.
     "crcr.check_backends": {"task": "crcr.check_backends", "schedule": 900.0},
     "crcr.reconcile_notifications": {"task": "crcr.reconcile_notifications", "schedule": 60.0},
+    # The backend pages' kept gates, refreshed before they age out (CRCR_GATE_SNAPSHOT_SECONDS,
+    # 300 by default), so a page is evaluated on its view only after an admin change.
+    "crcr.refresh_gates": {"task": "crcr.refresh_gates", "schedule": 240.0},
 }
 
 

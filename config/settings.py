@@ -151,8 +151,20 @@ if CACHE_URL:
             "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
         }
     }
-else:
+elif TESTING:
+    # Each test (and xdist worker) starts from its own empty cache.
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+else:
+    # Embedded: files, so the server, `run_periodic` and `seed_demo` share tokens, leases and
+    # the kept gates as production's processes share Redis. Culling (a third of the entries,
+    # at random) would drop live leases: the cap is far above what a deployment keeps.
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": env("CACHE_DIR", str(BASE_DIR / "var" / "cache")),
+            "OPTIONS": {"MAX_ENTRIES": 1_000_000},
+        }
+    }
 
 # --- Celery -------------------------------------------------------------------------------
 CELERY_BROKER_URL = env("CELERY_BROKER_URL") or None

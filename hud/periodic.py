@@ -14,6 +14,8 @@ PERIODIC_JOBS: dict[str, Callable[[], object]] = {
     "daily_evaluation": promotion.daily_evaluation,
     "check_backends": notifications.check_backends,
     "reconcile_notifications": notifications.reconcile,
+    # Last, after the sweeper and the daily evaluation have written: the backend pages' gates.
+    "refresh_gates": promotion.refresh_gates,
 }
 
 

@@ -43,6 +43,12 @@ def refresh_gate(downstream_id: int) -> None:
     promotion.refresh_gate(int(downstream_id))
 
 
+@shared_task(name="crcr.refresh_gates", **TASK_OPTIONS)
+def refresh_gates() -> int:
+    """Evaluate and keep every listed backend's gate for its page, before the kept one ages out."""
+    return promotion.refresh_gates()
+
+
 @shared_task(name="crcr.daily_evaluation", **TASK_OPTIONS)
 def daily_evaluation() -> dict:
     """Evaluate every L2+ backend's gates for the day just ended; raise demotion warnings."""

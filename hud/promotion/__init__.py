@@ -40,6 +40,7 @@ from hud.promotion.evaluation import (
 from hud.promotion.overrides import add_exclusion, create_override, revoke_override
 from hud.promotion.snapshot import GateView, current_gate
 from hud.promotion.snapshot import refresh as refresh_gate
+from hud.promotion.snapshot import refresh_all as refresh_gates
 
 __all__ = [
     "ADMIN_GROUP",
@@ -65,6 +66,7 @@ __all__ = [
     "oncall_response_hours",
     "pr_description",
     "refresh_gate",
+    "refresh_gates",
     "reject",
     "request_change",
     "require_admin",

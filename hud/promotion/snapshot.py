@@ -88,6 +88,16 @@ def refresh(downstream_id: int) -> None:
         _evaluate_and_keep(downstream, clock.now())
 
 
+def refresh_all() -> int:
+    """Evaluate and keep the gate of every listed backend (a periodic job): with it running
+    more often than the age bound, a page finds its gate kept, not only after its first view.
+    Returns how many were evaluated."""
+    listed = list(Downstream.objects.filter(delisted=False).order_by("id"))
+    for downstream in listed:
+        _evaluate_and_keep(downstream, clock.now())
+    return len(listed)
+
+
 def settings_changed(downstream_id: int, using: str | None = None) -> None:
     """An exclusion, override or level change of the backend: what was kept no longer stands,
     now and once the change commits (a reader in between evaluated the rows before it)."""

@@ -85,7 +85,9 @@ def coerce_jobs_frame(df: pd.DataFrame) -> pd.DataFrame:
     for col, dtype in JOB_COLUMNS.items():
         series = df[col]
         if dtype.startswith("datetime"):
-            out[col] = pd.to_datetime(series, utc=True)
+            # No cache: deciding whether to cache turns up to 10,000 values into Timestamps,
+            # which cost a backend page more than the conversion itself.
+            out[col] = pd.to_datetime(series, utc=True, cache=False)
         elif dtype == "object":
             out[col] = series.fillna("").astype(str)
         elif dtype == "bool":

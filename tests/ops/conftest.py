@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def run_manage(
     *args: str, env: dict[str, str], timeout: float = 120
 ) -> subprocess.CompletedProcess:
-    """`manage.py ARGS` in a fresh interpreter with exactly `env` (plus PATH and HOME)."""
+    """`manage.py ARGS` in a fresh interpreter with exactly `env` (plus PATH and HOME, and
+    the embedded cache's folder out of the checkout unless `env` names one)."""
     base = {key: os.environ[key] for key in ("PATH", "HOME", "LANG") if key in os.environ}
+    base["CACHE_DIR"] = str(Path(tempfile.gettempdir()) / "crcr-tests-cache")
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,

@@ -92,6 +92,18 @@ def test_the_embedded_default_needs_no_environment_at_all():
     assert result.returncode == 0, result.stderr
 
 
+def test_the_embedded_default_shares_its_cache_between_processes(tmp_path):
+    """The server, `run_periodic` and `seed_demo` are separate processes: a revision token, a
+    lease or a kept gate one writes, the others read (production shares Redis)."""
+    env = {"CACHE_DIR": str(tmp_path / "cache")}
+    write = "from django.core.cache import cache; cache.set('crcr:probe', 'from-writer', None)"
+    read = "from django.core.cache import cache; print(cache.get('crcr:probe'))"
+    assert run_manage("shell", "--no-imports", "-c", write, env=env).returncode == 0
+    result = run_manage("shell", "--no-imports", "-c", read, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["from-writer"]
+
+
 def test_a_secret_key_file_is_read_like_the_variable(tmp_path):
     key_file = tmp_path / "secret_key"
     key_file.write_text(secrets.token_urlsafe(64) + "\n")
@@ -168,6 +180,7 @@ def test_gunicorn_serves_with_two_workers_json_access_lines_and_summed_counters(
         GUNICORN_BIND=f"127.0.0.1:{_free_port()}",
         PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "prometheus"),
         METRICS_TOKEN="scrape-token",
+        CACHE_DIR=str(tmp_path / "cache"),
     )
     migrated = run_manage("migrate", "--noinput", env=env)
     assert migrated.returncode == 0, migrated.stderr
@@ -322,6 +335,7 @@ def test_celery_worker_and_beat_write_only_json_lines(tmp_path):
     env = {
         "PATH": os.environ["PATH"],
         **production_env(CELERY_BROKER_URL="memory://", DATABASE_URL=f"sqlite:///{tmp_path}/db"),
+        "CACHE_DIR": str(tmp_path / "cache"),
     }
     worker = _run_until(
         [CELERY, "--quiet", "-A", "config", "worker", "--pool=solo", "--loglevel=INFO"],

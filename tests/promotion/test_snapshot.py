@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 from django.core.cache import cache
 
-from hud import promotion
+from hud import periodic, promotion
 from hud.core import revisions
 from hud.models import GateExclusion, Level
 from hud.promotion import snapshot
@@ -206,3 +206,20 @@ def test_an_unreadable_kept_evaluation_is_evaluated_again(npu, evaluations, monk
     monkeypatch.setattr(snapshot.cache, "get", unreadable)
     assert promotion.current_gate(npu, NOW).gate.evaluation.as_of == NOW
     assert len(evaluations) == 2
+
+
+def test_the_periodic_refresh_keeps_every_listed_backends_gate_for_its_first_view(
+    npu, evaluations, frozen_clock
+):
+    gone = backend("org/gone", Level.L2)
+    gone.delisted = True
+    gone.save()
+    assert periodic.PERIODIC_JOBS["refresh_gates"]() == 1
+    assert evaluations == [NOW]  # the listed backend only
+    view = promotion.current_gate(npu, NOW + dt.timedelta(seconds=5))
+    assert not view.behind and len(evaluations) == 1  # the first view is served kept
+    # Run again before the kept one ages out, it is kept for another age bound.
+    frozen_clock.advance(seconds=240)
+    periodic.PERIODIC_JOBS["refresh_gates"]()
+    promotion.current_gate(npu, NOW + dt.timedelta(seconds=420))
+    assert evaluations == [NOW, NOW + dt.timedelta(seconds=240)]

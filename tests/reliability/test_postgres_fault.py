@@ -113,7 +113,7 @@ def own_postgres():
 
 
 @pytest.fixture
-def app(own_postgres, oidc):
+def app(own_postgres, oidc, tmp_path):
     """gunicorn serving the app against our PostgreSQL; yields its base URL."""
     url = f"{own_postgres.url}/crcr_fault"
     env = {
@@ -132,6 +132,7 @@ def app(own_postgres, oidc):
         CRCR_OIDC_JWKS_URL=oidc.jwks_url,
         LOG_LEVEL="CRITICAL",
         PYTHONPATH=str(ROOT),
+        CACHE_DIR=str(tmp_path / "cache"),
     )
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],

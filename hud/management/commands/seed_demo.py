@@ -4,6 +4,7 @@ import sys
 
 from django.core.management.base import BaseCommand
 
+from hud import promotion
 from hud.core import clock
 from hud.models import Downstream
 from hud.ops import demo
@@ -27,6 +28,9 @@ class Command(BaseCommand):
             # every redraw with a newline.
             progress = None if no_progress else sys.stderr
             demo.build(clock.now(), log=self.stdout.write, progress=progress)
+            # The server's first views then find every backend's gate kept (the cache is
+            # shared with it), as `run_periodic` keeps them afterwards.
+            self.stdout.write(f"seed_demo: kept the gates of {promotion.refresh_gates()} backends")
         self.stdout.write("Demo sign-ins (embedded default only; never in production):")
         for line in demo.ensure_demo_users():
             self.stdout.write(line)
