@@ -1,7 +1,8 @@
 """Ingestion throughput against its floor, and answer → visible latency (issue 9, perf 1–2).
 
     .venv/bin/python bench/ingest.py [--jobs 600] [--jobs-large 40] [--rounds 3] [--concurrency 16]
-        [--cache-url redis://127.0.0.1:6379/3]   # workers share a cache, as production's Redis
+        [--cache-url redis://127.0.0.1:6379/3]   # the workers' cache: Redis, as in production
+                                                 # (default: the embedded file cache)
 
 What it does, all on this machine, cleaning up after itself:
 
@@ -302,8 +303,8 @@ def gunicorn_workers() -> tuple[int, str]:
 
 
 def app_environment(url: str, jwks_url: str, cache_url: str | None = None) -> dict[str, str]:
-    """The environment the app runs with: production-like, DEBUG off; `cache_url` shares the
-    Django cache between gunicorn's workers, as production's Redis does."""
+    """The environment the app runs with: production-like, DEBUG off; the workers share a
+    Django cache: `cache_url`'s (Redis, as in production) or the embedded default's files."""
     env = {
         key: value
         for key, value in os.environ.items()
@@ -324,6 +325,9 @@ def app_environment(url: str, jwks_url: str, cache_url: str | None = None) -> di
     )
     if cache_url:
         env["CACHE_URL"] = cache_url
+    else:
+        # The embedded default's file cache, shared by the workers, in a folder of its own.
+        env["CACHE_DIR"] = tempfile.mkdtemp(prefix="crcr-bench-cache-")
     return env
 
 
@@ -865,6 +869,8 @@ def main() -> int:
             stop_process(gunicorn)
         server.stop()
         drop_database(args.pg)
+        if "CACHE_DIR" in env:
+            shutil.rmtree(env["CACHE_DIR"], ignore_errors=True)
         shutil.rmtree(ROOT / "bench" / "__pycache__", ignore_errors=True)
 
 

@@ -70,6 +70,12 @@ class LogicalJob(models.Model):
             models.Index(fields=["downstream", "first_pr_number"], name="logicaljob_first_pr"),
             # The logical jobs of a PR's or commit's SHAs, on every backend (attribution, pages).
             models.Index(fields=["head_sha"], name="logicaljob_head_sha"),
+            # A judged job's nearest trunk and nightly references (attribution): one probe each,
+            # not a scan of the backend's fortnight (0.47 → 0.03 ms per judged job at 1M jobs).
+            models.Index(
+                fields=["downstream", "workflow_name", "job_name", "event_type", "placed_at"],
+                name="logicaljob_series",
+            ),
         ]
 
     def __str__(self) -> str:
