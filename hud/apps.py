@@ -21,6 +21,37 @@ def _custom_plans(sender: Any, connection: Any, **kwargs: Any) -> None:
         cursor.execute("SET plan_cache_mode = force_custom_plan")
 
 
+def _compiled_timestamps(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """On PostgreSQL, decode `timestamptz` values with psycopg's compiled loader.
+
+    Django's loader subclasses psycopg's pure-Python one to set each value's tzinfo: 2.7 µs a
+    value, a quarter of a gate evaluation at 1M jobs (docs/performance.md). The compiled
+    loader parses the same text and the value gets the same tzinfo, as Django's would.
+    """
+    if connection.vendor != "postgresql":
+        return
+    from psycopg import _cmodule
+    from psycopg.adapt import Loader
+
+    if _cmodule._psycopg is None:
+        return  # the pure-Python psycopg: Django's loader is as fast as any
+    compiled = _cmodule._psycopg.TimestamptzLoader
+    timezone = connection.timezone
+
+    class CompiledTzLoader(Loader):
+        # What Django's cursors compare before registering their own loader.
+        timezone = connection.timezone
+
+        def __init__(self, oid: int, context: Any = None) -> None:
+            super().__init__(oid, context)
+            self._load = compiled(oid, context).load
+
+        def load(self, data: Any) -> Any:
+            return self._load(data).replace(tzinfo=timezone)
+
+    connection.connection.adapters.register_loader("timestamptz", CompiledTzLoader)
+
+
 class HudConfig(AppConfig):
     """CRCR HUD domain."""
 
@@ -30,9 +61,10 @@ class HudConfig(AppConfig):
     def ready(self) -> None:
         """Register the Celery tasks, so hud.core.taskqueue finds each by its stable name, the
         signals that keep backends' revisions (hud.promotion.snapshot), and the planning mode
-        of every new database connection."""
+        and timestamp decoding of every new database connection."""
         from hud import tasks  # noqa: F401
         from hud.promotion import snapshot
 
         snapshot.connect_signals()
         connection_created.connect(_custom_plans, dispatch_uid="crcr-custom-plans")
+        connection_created.connect(_compiled_timestamps, dispatch_uid="crcr-compiled-timestamps")

@@ -150,3 +150,33 @@ def test_prepared_statements_are_planned_for_their_own_parameters(db):
             assert cursor.fetchone()[0] == "force_custom_plan"
     finally:
         fresh.close()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's timestamptz loader")
+def test_timestamps_decode_through_the_compiled_loader_to_the_values_djangos_gives(db):
+    """Django's loader (pure Python, 2.7 µs a value) is replaced on every new connection by
+    psycopg's compiled one, with the same values and the same tzinfo."""
+    fresh = connections.create_connection("default")
+    literals = [
+        "2026-12-01 12:34:56.789012+00",
+        "1969-07-20 20:17:40+00",
+        "2026-03-29 01:30:00+02",
+        "9999-12-31 23:59:59.999999+00",
+    ]
+    utc = dt.UTC
+    expected = [
+        dt.datetime(2026, 12, 1, 12, 34, 56, 789012, tzinfo=utc),
+        dt.datetime(1969, 7, 20, 20, 17, 40, tzinfo=utc),
+        dt.datetime(2026, 3, 28, 23, 30, tzinfo=utc),
+        dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=utc),
+    ]
+    try:
+        with fresh.cursor() as cursor:
+            cursor.execute("SELECT value::timestamptz FROM unnest(%s::text[]) AS value", [literals])
+            values = [row[0] for row in cursor.fetchall()]
+            loader = cursor.cursor.adapters.get_loader(1184, 0)  # timestamptz, text format
+        assert values == expected
+        assert all(value.tzinfo is fresh.timezone for value in values)
+        assert loader.__name__ == "CompiledTzLoader"
+    finally:
+        fresh.close()
