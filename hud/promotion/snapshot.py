@@ -13,7 +13,9 @@ evaluation kept in Django's cache (shared by every process in production):
   (the page says so), while `crcr.refresh_gate` evaluates it again in the background (at
   most one waits per backend); the page's next view, or its own refresh, shows the result;
 - otherwise (none kept, too old, a file edited, or an exclusion, override or level change of
-  the backend made since: its settings revision): evaluated at once and kept.
+  the backend made since: its settings revision): evaluated at once and kept. A settings
+  change of a backend with a kept evaluation also schedules a refresh once it commits, so
+  only views in the meantime pay.
 
 The age bound covers what no write of the backend changes: the gate's windows slide with
 time, and a result of *another* backend on one of this backend's failing SHAs may corroborate
@@ -100,11 +102,16 @@ def refresh_all() -> int:
 
 def settings_changed(downstream_id: int, using: str | None = None) -> None:
     """An exclusion, override or level change of the backend: what was kept no longer stands,
-    now and once the change commits (a reader in between evaluated the rows before it)."""
+    now and once the change commits (a reader in between evaluated the rows before it); then
+    a refresh evaluates it with the change, so later views find it kept again."""
     revisions.bump(downstream_id, revisions.SETTINGS)
-    transaction.on_commit(
-        functools.partial(revisions.bump, downstream_id, revisions.SETTINGS), using=using
-    )
+    transaction.on_commit(functools.partial(_committed, downstream_id), using=using)
+
+
+def _committed(downstream_id: int) -> None:
+    revisions.bump(downstream_id, revisions.SETTINGS)
+    if cache.has_key(_KEY.format(downstream_id)):  # a backend no page has shown waits for one
+        _schedule_refresh(downstream_id)
 
 
 def _kept(downstream_id: int) -> tuple | None:

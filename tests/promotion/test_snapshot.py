@@ -223,3 +223,17 @@ def test_the_periodic_refresh_keeps_every_listed_backends_gate_for_its_first_vie
     periodic.PERIODIC_JOBS["refresh_gates"]()
     promotion.current_gate(npu, NOW + dt.timedelta(seconds=420))
     assert evaluations == [NOW, NOW + dt.timedelta(seconds=240)]
+
+
+def test_an_admin_change_once_committed_is_refreshed_in_the_background(
+    npu, evaluations, inline_tasks, django_capture_on_commit_callbacks
+):
+    promotion.current_gate(npu, NOW)
+    with django_capture_on_commit_callbacks(execute=True):
+        promotion.add_exclusion(
+            admin(), npu, "bad runner", start=NOW - dt.timedelta(days=1), end=NOW
+        )
+    assert [name for name, _, _ in inline_tasks.ran] == ["crcr.refresh_gate"]
+    assert len(evaluations) == 2  # the refresh, with the exclusion
+    view = promotion.current_gate(npu, NOW)
+    assert len(evaluations) == 2 and not view.behind and len(view.gate.exclusions) == 1
