@@ -56,6 +56,8 @@ SMALL_COUNT = 6
 
 
 def _clean(value: Any) -> Any:
+    if value is None or isinstance(value, (str, int)):  # most of a figure (bool is an int)
+        return value
     if isinstance(value, float):
         return None if math.isnan(value) or math.isinf(value) else value
     if isinstance(value, dict):

@@ -16,6 +16,7 @@ from django.db.models.functions import Coalesce, TruncDate
 
 from hud import stats
 from hud.models import DailyRollup, Job
+from hud.reads.rows import driver_rows
 
 _TALLY = {
     stats.SUCCESS: "success",
@@ -51,8 +52,10 @@ def daily_table(
         rollups = rollups.filter(event_type__in=list(events))
         timed = timed.filter(event_type__in=list(events))
     sums = pd.DataFrame.from_records(
-        rollups.values("downstream_id", "day").annotate(
-            **{name: Sum(F(name)) for name in (*_TALLY.values(), *_SUMS)}
+        driver_rows(
+            rollups.values_list("downstream_id", "day").annotate(
+                **{name: Sum(F(name)) for name in (*_TALLY.values(), *_SUMS)}
+            )
         ),
         columns=["downstream_id", "day", *_TALLY.values(), *_SUMS],
     )
@@ -90,9 +93,11 @@ def _medians(timed) -> pd.DataFrame:
     columns = ["downstream_id", "day", "p50_execution_seconds", "p50_end_to_end_seconds"]
     if connection.vendor == "postgresql":
         rows = pd.DataFrame.from_records(
-            per_day.values_list("downstream_id", "day")
-            .annotate(execution=Median(execution), e2e_median=Median(F("e2e")))
-            .order_by(),
+            driver_rows(
+                per_day.values_list("downstream_id", "day")
+                .annotate(execution=Median(execution), e2e_median=Median(F("e2e")))
+                .order_by()
+            ),
             columns=columns,
         )
     else:

@@ -34,6 +34,7 @@ from django.db.models.functions import RowNumber, TruncDate
 
 from hud import stats
 from hud.models import DailyRollup, Job, LogicalJob
+from hud.reads.rows import driver_rows
 from hud.reads.selectors import FRAME_MARGIN
 
 # The `OutcomeCounts` field of each outcome class.
@@ -216,10 +217,9 @@ def _executions(
             downstream_id: np.array(seconds, dtype="float64")
             for downstream_id, seconds in arrays.values_list("downstream_id", "seconds").order_by()
         }
-    rows = rows.values_list("downstream_id", "execution_seconds").order_by("downstream_id")
-    with connection.cursor() as cursor:
-        cursor.execute(*rows.query.sql_with_params())
-        fetched = cursor.fetchall()
+    fetched = driver_rows(
+        rows.values_list("downstream_id", "execution_seconds").order_by("downstream_id")
+    )
     if not fetched:
         return {}
     ids = np.fromiter((row[0] for row in fetched), dtype="int64", count=len(fetched))
