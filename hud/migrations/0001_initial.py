@@ -7,7 +7,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -16,491 +15,1194 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='AllowlistImport',
+            name="AllowlistImport",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('text', models.TextField()),
-                ('sha256', models.CharField(max_length=64)),
-                ('source', models.CharField(help_text='path or URL it came from', max_length=500)),
-                ('imported_at', models.DateTimeField()),
-                ('effective_since', models.DateTimeField(help_text='--since, or the import time')),
-                ('report', models.JSONField(blank=True, default=dict)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("text", models.TextField()),
+                ("sha256", models.CharField(max_length=64)),
+                ("source", models.CharField(help_text="path or URL it came from", max_length=500)),
+                ("imported_at", models.DateTimeField()),
+                ("effective_since", models.DateTimeField(help_text="--since, or the import time")),
+                ("report", models.JSONField(blank=True, default=dict)),
             ],
             options={
-                'ordering': ['-imported_at', '-id'],
+                "ordering": ["-imported_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='UsedToken',
+            name="UsedToken",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('jti', models.CharField(max_length=200, unique=True)),
-                ('expires_at', models.DateTimeField(db_index=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("jti", models.CharField(max_length=200, unique=True)),
+                ("expires_at", models.DateTimeField(db_index=True)),
             ],
         ),
         migrations.CreateModel(
-            name='Delivery',
+            name="Delivery",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('delivery_id', models.CharField(max_length=100, unique=True)),
-                ('event_type', models.CharField(max_length=40)),
-                ('upstream_repo', models.CharField(max_length=200)),
-                ('action', models.CharField(blank=True, max_length=40)),
-                ('pr_number', models.PositiveIntegerField(default=0)),
-                ('pr_title', models.CharField(blank=True, max_length=300)),
-                ('head_sha', models.CharField(blank=True, max_length=64)),
-                ('base_sha', models.CharField(blank=True, max_length=64)),
-                ('base_ref', models.CharField(blank=True, max_length=255)),
-                ('ref', models.CharField(blank=True, max_length=255)),
-                ('labels', models.JSONField(blank=True, default=list)),
-                ('received_at', models.DateTimeField()),
-                ('body_sha256', models.CharField(max_length=64, unique=True)),
-                ('payload', models.JSONField(blank=True, help_text='raw body; pruned by retention', null=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("delivery_id", models.CharField(max_length=100, unique=True)),
+                ("event_type", models.CharField(max_length=40)),
+                ("upstream_repo", models.CharField(max_length=200)),
+                ("action", models.CharField(blank=True, max_length=40)),
+                ("pr_number", models.PositiveIntegerField(default=0)),
+                ("pr_title", models.CharField(blank=True, max_length=300)),
+                ("head_sha", models.CharField(blank=True, max_length=64)),
+                ("base_sha", models.CharField(blank=True, max_length=64)),
+                ("base_ref", models.CharField(blank=True, max_length=255)),
+                ("ref", models.CharField(blank=True, max_length=255)),
+                ("labels", models.JSONField(blank=True, default=list)),
+                ("received_at", models.DateTimeField()),
+                ("body_sha256", models.CharField(max_length=64, unique=True)),
+                (
+                    "payload",
+                    models.JSONField(
+                        blank=True, help_text="raw body; pruned by retention", null=True
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['head_sha'], name='hud_deliver_head_sh_806f16_idx'), models.Index(fields=['pr_number', 'received_at'], name='hud_deliver_pr_numb_b6d1d9_idx'), models.Index(fields=['event_type', 'ref', 'received_at'], name='hud_deliver_event_t_75be14_idx')],
+                "indexes": [
+                    models.Index(fields=["head_sha"], name="hud_deliver_head_sh_806f16_idx"),
+                    models.Index(
+                        fields=["pr_number", "received_at"], name="hud_deliver_pr_numb_b6d1d9_idx"
+                    ),
+                    models.Index(
+                        fields=["event_type", "ref", "received_at"],
+                        name="hud_deliver_event_t_75be14_idx",
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Downstream',
+            name="Downstream",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('full_name', models.CharField(help_text='owner/repo as GitHub spells it', max_length=200)),
-                ('level', models.PositiveSmallIntegerField(choices=[(1, 'L1'), (2, 'L2'), (3, 'L3'), (4, 'L4')], default=1)),
-                ('device', models.CharField(blank=True, help_text='L3 device label suffix', max_length=100)),
-                ('oncalls', models.JSONField(blank=True, default=list, help_text='GitHub logins')),
-                ('delisted', models.BooleanField(default=False, help_text='gone from the imported allowlist')),
-                ('pending_upstream', models.BooleanField(default=False, help_text='level approved here, not yet in an imported allowlist')),
-                ('created_at', models.DateTimeField()),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "full_name",
+                    models.CharField(help_text="owner/repo as GitHub spells it", max_length=200),
+                ),
+                (
+                    "level",
+                    models.PositiveSmallIntegerField(
+                        choices=[(1, "L1"), (2, "L2"), (3, "L3"), (4, "L4")], default=1
+                    ),
+                ),
+                (
+                    "device",
+                    models.CharField(
+                        blank=True, help_text="L3 device label suffix", max_length=100
+                    ),
+                ),
+                ("oncalls", models.JSONField(blank=True, default=list, help_text="GitHub logins")),
+                (
+                    "delisted",
+                    models.BooleanField(
+                        default=False, help_text="gone from the imported allowlist"
+                    ),
+                ),
+                (
+                    "pending_upstream",
+                    models.BooleanField(
+                        default=False,
+                        help_text="level approved here, not yet in an imported allowlist",
+                    ),
+                ),
+                ("created_at", models.DateTimeField()),
             ],
             options={
-                'ordering': ['full_name'],
-                'constraints': [models.UniqueConstraint(django.db.models.functions.text.Lower('full_name'), name='downstream_name_ci_unique')],
+                "ordering": ["full_name"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        django.db.models.functions.text.Lower("full_name"),
+                        name="downstream_name_ci_unique",
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Dispatch',
+            name="Dispatch",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('level_at_dispatch', models.PositiveSmallIntegerField(choices=[(1, 'L1'), (2, 'L2'), (3, 'L3'), (4, 'L4')])),
-                ('created_at', models.DateTimeField()),
-                ('dispatched_at', models.DateTimeField(blank=True, null=True)),
-                ('outcome', models.CharField(choices=[('pending', 'pending'), ('sent', 'sent'), ('failed', 'failed'), ('not_installed', 'app not installed')], default='pending', max_length=20)),
-                ('reason', models.TextField(blank=True)),
-                ('attempts', models.PositiveSmallIntegerField(default=0)),
-                ('trimmed_fields', models.JSONField(blank=True, default=list)),
-                ('delivery', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='dispatches', to='hud.delivery')),
-                ('downstream', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='dispatches', to='hud.downstream')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "level_at_dispatch",
+                    models.PositiveSmallIntegerField(
+                        choices=[(1, "L1"), (2, "L2"), (3, "L3"), (4, "L4")]
+                    ),
+                ),
+                ("created_at", models.DateTimeField()),
+                ("dispatched_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "outcome",
+                    models.CharField(
+                        choices=[
+                            ("pending", "pending"),
+                            ("sent", "sent"),
+                            ("failed", "failed"),
+                            ("not_installed", "app not installed"),
+                        ],
+                        default="pending",
+                        max_length=20,
+                    ),
+                ),
+                ("reason", models.TextField(blank=True)),
+                ("attempts", models.PositiveSmallIntegerField(default=0)),
+                ("trimmed_fields", models.JSONField(blank=True, default=list)),
+                (
+                    "delivery",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="dispatches",
+                        to="hud.delivery",
+                    ),
+                ),
+                (
+                    "downstream",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="dispatches",
+                        to="hud.downstream",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='DemotionWarning',
+            name="DemotionWarning",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('level', models.PositiveSmallIntegerField(choices=[(1, 'L1'), (2, 'L2'), (3, 'L3'), (4, 'L4')])),
-                ('first_failing_on', models.DateField()),
-                ('deadline', models.DateField()),
-                ('failing', models.JSONField(help_text='the failing criteria when raised')),
-                ('status', models.CharField(choices=[('open', 'open'), ('demoted', 'demoted'), ('dismissed', 'dismissed')], default='open', max_length=20)),
-                ('created_at', models.DateTimeField()),
-                ('decided_at', models.DateTimeField(blank=True, null=True)),
-                ('comment', models.TextField(blank=True)),
-                ('decided_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('downstream', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='warnings', to='hud.downstream')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "level",
+                    models.PositiveSmallIntegerField(
+                        choices=[(1, "L1"), (2, "L2"), (3, "L3"), (4, "L4")]
+                    ),
+                ),
+                ("first_failing_on", models.DateField()),
+                ("deadline", models.DateField()),
+                ("failing", models.JSONField(help_text="the failing criteria when raised")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("open", "open"),
+                            ("demoted", "demoted"),
+                            ("dismissed", "dismissed"),
+                        ],
+                        default="open",
+                        max_length=20,
+                    ),
+                ),
+                ("created_at", models.DateTimeField()),
+                ("decided_at", models.DateTimeField(blank=True, null=True)),
+                ("comment", models.TextField(blank=True)),
+                (
+                    "decided_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "downstream",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="warnings",
+                        to="hud.downstream",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='BackendMaintainer',
+            name="BackendMaintainer",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='maintained', to=settings.AUTH_USER_MODEL)),
-                ('downstream', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='maintainers', to='hud.downstream')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="maintained",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "downstream",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="maintainers",
+                        to="hud.downstream",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='GateCheck',
+            name="GateCheck",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('head_sha', models.CharField(max_length=64, unique=True)),
-                ('check_run_id', models.BigIntegerField(blank=True, null=True)),
-                ('html_url', models.URLField(blank=True, max_length=500)),
-                ('state', models.CharField(blank=True, help_text='pending, failure or success', max_length=20)),
-                ('desired_hash', models.CharField(blank=True, max_length=64)),
-                ('sent_hash', models.CharField(blank=True, max_length=64)),
-                ('last_sent_state', models.JSONField(blank=True, null=True)),
-                ('evaluated_at', models.DateTimeField(blank=True, null=True)),
-                ('recheck_at', models.DateTimeField(blank=True, help_text='when time alone can change the decision', null=True)),
-                ('claimed_at', models.DateTimeField(blank=True, null=True)),
-                ('resync', models.BooleanField(default=False)),
-                ('create_attempted_at', models.DateTimeField(blank=True, null=True)),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('writes', models.PositiveIntegerField(default=0)),
-                ('sent_at', models.DateTimeField(blank=True, null=True)),
-                ('last_error', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField()),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("head_sha", models.CharField(max_length=64, unique=True)),
+                ("check_run_id", models.BigIntegerField(blank=True, null=True)),
+                ("html_url", models.URLField(blank=True, max_length=500)),
+                (
+                    "state",
+                    models.CharField(
+                        blank=True, help_text="pending, failure or success", max_length=20
+                    ),
+                ),
+                ("desired_hash", models.CharField(blank=True, max_length=64)),
+                ("sent_hash", models.CharField(blank=True, max_length=64)),
+                ("last_sent_state", models.JSONField(blank=True, null=True)),
+                ("evaluated_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "recheck_at",
+                    models.DateTimeField(
+                        blank=True, help_text="when time alone can change the decision", null=True
+                    ),
+                ),
+                ("claimed_at", models.DateTimeField(blank=True, null=True)),
+                ("resync", models.BooleanField(default=False)),
+                ("create_attempted_at", models.DateTimeField(blank=True, null=True)),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("writes", models.PositiveIntegerField(default=0)),
+                ("sent_at", models.DateTimeField(blank=True, null=True)),
+                ("last_error", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField()),
             ],
             options={
-                'indexes': [models.Index(fields=['recheck_at'], name='gatecheck_recheck')],
+                "indexes": [models.Index(fields=["recheck_at"], name="gatecheck_recheck")],
             },
         ),
         migrations.CreateModel(
-            name='GateEvaluation',
+            name="GateEvaluation",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('day', models.DateField()),
-                ('current_level', models.PositiveSmallIntegerField(choices=[(1, 'L1'), (2, 'L2'), (3, 'L3'), (4, 'L4')])),
-                ('promotion', models.CharField(help_text='eligible / not_eligible / …', max_length=30)),
-                ('retention', models.CharField(help_text='keep / demote / …', max_length=30)),
-                ('stable_promotion', models.CharField(max_length=30)),
-                ('stable_retention', models.CharField(max_length=30)),
-                ('detail', models.JSONField()),
-                ('created_at', models.DateTimeField()),
-                ('downstream', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='evaluations', to='hud.downstream')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("day", models.DateField()),
+                (
+                    "current_level",
+                    models.PositiveSmallIntegerField(
+                        choices=[(1, "L1"), (2, "L2"), (3, "L3"), (4, "L4")]
+                    ),
+                ),
+                (
+                    "promotion",
+                    models.CharField(help_text="eligible / not_eligible / …", max_length=30),
+                ),
+                ("retention", models.CharField(help_text="keep / demote / …", max_length=30)),
+                ("stable_promotion", models.CharField(max_length=30)),
+                ("stable_retention", models.CharField(max_length=30)),
+                ("detail", models.JSONField()),
+                ("created_at", models.DateTimeField()),
+                (
+                    "downstream",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="evaluations",
+                        to="hud.downstream",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['downstream', 'day'],
+                "ordering": ["downstream", "day"],
             },
         ),
         migrations.CreateModel(
-            name='Job',
+            name="Job",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('delivery_id', models.CharField(max_length=100)),
-                ('workflow_name', models.CharField(max_length=255)),
-                ('job_name', models.CharField(max_length=255)),
-                ('check_run_id', models.CharField(max_length=100)),
-                ('event_type', models.CharField(max_length=40)),
-                ('pr_number', models.PositiveIntegerField(default=0)),
-                ('head_sha', models.CharField(max_length=64)),
-                ('ref', models.CharField(blank=True, help_text='pushed ref (trunk: main)', max_length=255)),
-                ('verified', models.BooleanField(default=False, help_text='delivery known here; unverified results are never mirrored')),
-                ('source', models.CharField(choices=[('callback', 'OIDC callback'), ('forward', 'relay forward'), ('import', 'history import')], max_length=20)),
-                ('run_id', models.BigIntegerField()),
-                ('run_attempt', models.PositiveIntegerField(default=1)),
-                ('workflow_url', models.URLField(max_length=500)),
-                ('status', models.CharField(choices=[('in_progress', 'in progress'), ('completed', 'completed')], max_length=20)),
-                ('conclusion', models.CharField(blank=True, choices=[('success', 'success'), ('failure', 'failure'), ('cancelled', 'cancelled'), ('timed_out', 'timed out'), ('skipped', 'skipped'), ('neutral', 'neutral')], max_length=20)),
-                ('closed_by_sweeper', models.BooleanField(default=False)),
-                ('reported_started_at', models.DateTimeField(blank=True, null=True)),
-                ('reported_completed_at', models.DateTimeField(blank=True, null=True)),
-                ('in_progress_received_at', models.DateTimeField(blank=True, null=True)),
-                ('completed_received_at', models.DateTimeField(blank=True, null=True)),
-                ('placed_at', models.DateTimeField(help_text='when the job happened: receipt time live, reported time when imported')),
-                ('updated_at', models.DateTimeField()),
-                ('queue_seconds', models.FloatField(blank=True, null=True)),
-                ('execution_seconds', models.FloatField(blank=True, null=True)),
-                ('timing_source', models.CharField(choices=[('server', 'measured by this server'), ('forward', 'relay forward (trusted.ci_metrics)'), ('none', 'unknown')], default='none', max_length=20)),
-                ('tests_passed', models.PositiveIntegerField(blank=True, null=True)),
-                ('tests_failed', models.PositiveIntegerField(blank=True, null=True)),
-                ('tests_skipped', models.PositiveIntegerField(blank=True, null=True)),
-                ('tests_total', models.PositiveIntegerField(blank=True, null=True)),
-                ('failed_tests_truncated', models.BooleanField(default=False)),
-                ('artifact_url', models.URLField(blank=True, max_length=500)),
-                ('environment', models.JSONField(blank=True, null=True)),
-                ('triage_verdict', models.JSONField(blank=True, null=True)),
-                ('dispatch', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='jobs', to='hud.dispatch')),
-                ('downstream', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='jobs', to='hud.downstream')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("delivery_id", models.CharField(max_length=100)),
+                ("workflow_name", models.CharField(max_length=255)),
+                ("job_name", models.CharField(max_length=255)),
+                ("check_run_id", models.CharField(max_length=100)),
+                ("event_type", models.CharField(max_length=40)),
+                ("pr_number", models.PositiveIntegerField(default=0)),
+                ("head_sha", models.CharField(max_length=64)),
+                (
+                    "ref",
+                    models.CharField(
+                        blank=True, help_text="pushed ref (trunk: main)", max_length=255
+                    ),
+                ),
+                (
+                    "verified",
+                    models.BooleanField(
+                        default=False,
+                        help_text="delivery known here; unverified results are never mirrored",
+                    ),
+                ),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[
+                            ("callback", "OIDC callback"),
+                            ("forward", "relay forward"),
+                            ("import", "history import"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("run_id", models.BigIntegerField()),
+                ("run_attempt", models.PositiveIntegerField(default=1)),
+                ("workflow_url", models.URLField(max_length=500)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("in_progress", "in progress"), ("completed", "completed")],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "conclusion",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("success", "success"),
+                            ("failure", "failure"),
+                            ("cancelled", "cancelled"),
+                            ("timed_out", "timed out"),
+                            ("skipped", "skipped"),
+                            ("neutral", "neutral"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("closed_by_sweeper", models.BooleanField(default=False)),
+                ("reported_started_at", models.DateTimeField(blank=True, null=True)),
+                ("reported_completed_at", models.DateTimeField(blank=True, null=True)),
+                ("in_progress_received_at", models.DateTimeField(blank=True, null=True)),
+                ("completed_received_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "placed_at",
+                    models.DateTimeField(
+                        help_text="when the job happened: receipt time live, reported time when imported"
+                    ),
+                ),
+                ("updated_at", models.DateTimeField()),
+                ("queue_seconds", models.FloatField(blank=True, null=True)),
+                ("execution_seconds", models.FloatField(blank=True, null=True)),
+                (
+                    "timing_source",
+                    models.CharField(
+                        choices=[
+                            ("server", "measured by this server"),
+                            ("forward", "relay forward (trusted.ci_metrics)"),
+                            ("none", "unknown"),
+                        ],
+                        default="none",
+                        max_length=20,
+                    ),
+                ),
+                ("tests_passed", models.PositiveIntegerField(blank=True, null=True)),
+                ("tests_failed", models.PositiveIntegerField(blank=True, null=True)),
+                ("tests_skipped", models.PositiveIntegerField(blank=True, null=True)),
+                ("tests_total", models.PositiveIntegerField(blank=True, null=True)),
+                ("failed_tests_truncated", models.BooleanField(default=False)),
+                ("artifact_url", models.URLField(blank=True, max_length=500)),
+                ("environment", models.JSONField(blank=True, null=True)),
+                ("triage_verdict", models.JSONField(blank=True, null=True)),
+                (
+                    "dispatch",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="jobs",
+                        to="hud.dispatch",
+                    ),
+                ),
+                (
+                    "downstream",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="jobs",
+                        to="hud.downstream",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='GateExclusion',
+            name="GateExclusion",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('start', models.DateTimeField(blank=True, null=True)),
-                ('end', models.DateTimeField(blank=True, null=True)),
-                ('reason', models.TextField()),
-                ('created_at', models.DateTimeField()),
-                ('by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('downstream', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='exclusions', to='hud.downstream')),
-                ('job', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, to='hud.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("start", models.DateTimeField(blank=True, null=True)),
+                ("end", models.DateTimeField(blank=True, null=True)),
+                ("reason", models.TextField()),
+                ("created_at", models.DateTimeField()),
+                (
+                    "by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "downstream",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="exclusions",
+                        to="hud.downstream",
+                    ),
+                ),
+                (
+                    "job",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        to="hud.job",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='FailedTest',
+            name="FailedTest",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('classname', models.CharField(blank=True, max_length=500)),
-                ('name', models.CharField(max_length=500)),
-                ('message', models.TextField(blank=True)),
-                ('stacktrace', models.TextField(blank=True)),
-                ('duration', models.FloatField(blank=True, null=True)),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='failed_tests', to='hud.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("classname", models.CharField(blank=True, max_length=500)),
+                ("name", models.CharField(max_length=500)),
+                ("message", models.TextField(blank=True)),
+                ("stacktrace", models.TextField(blank=True)),
+                ("duration", models.FloatField(blank=True, null=True)),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="failed_tests",
+                        to="hud.job",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='CheckRunMirror',
+            name="CheckRunMirror",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('wanted', models.BooleanField(default=False, help_text='the job should have a check run')),
-                ('skip_reason', models.CharField(blank=True, max_length=300)),
-                ('name', models.CharField(blank=True, max_length=600)),
-                ('head_sha', models.CharField(blank=True, max_length=64)),
-                ('check_run_id', models.BigIntegerField(blank=True, null=True)),
-                ('html_url', models.URLField(blank=True, max_length=500)),
-                ('desired_hash', models.CharField(blank=True, max_length=64)),
-                ('sent_hash', models.CharField(blank=True, max_length=64)),
-                ('last_sent_state', models.JSONField(blank=True, help_text='status and conclusion', null=True)),
-                ('source_updated_at', models.DateTimeField(blank=True, help_text='job.updated_at the desired state was computed from', null=True)),
-                ('claimed_at', models.DateTimeField(blank=True, help_text='lease of a sync', null=True)),
-                ('resync', models.BooleanField(default=False, help_text='asked to sync while claimed')),
-                ('create_attempted_at', models.DateTimeField(blank=True, help_text='a create was sent and may have reached GitHub', null=True)),
-                ('attempts', models.PositiveIntegerField(default=0, help_text='failed attempts in a row')),
-                ('writes', models.PositiveIntegerField(default=0, help_text='creates and updates sent')),
-                ('sent_at', models.DateTimeField(blank=True, null=True)),
-                ('last_error', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField()),
-                ('job', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='mirror', to='hud.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "wanted",
+                    models.BooleanField(default=False, help_text="the job should have a check run"),
+                ),
+                ("skip_reason", models.CharField(blank=True, max_length=300)),
+                ("name", models.CharField(blank=True, max_length=600)),
+                ("head_sha", models.CharField(blank=True, max_length=64)),
+                ("check_run_id", models.BigIntegerField(blank=True, null=True)),
+                ("html_url", models.URLField(blank=True, max_length=500)),
+                ("desired_hash", models.CharField(blank=True, max_length=64)),
+                ("sent_hash", models.CharField(blank=True, max_length=64)),
+                (
+                    "last_sent_state",
+                    models.JSONField(blank=True, help_text="status and conclusion", null=True),
+                ),
+                (
+                    "source_updated_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="job.updated_at the desired state was computed from",
+                        null=True,
+                    ),
+                ),
+                (
+                    "claimed_at",
+                    models.DateTimeField(blank=True, help_text="lease of a sync", null=True),
+                ),
+                (
+                    "resync",
+                    models.BooleanField(default=False, help_text="asked to sync while claimed"),
+                ),
+                (
+                    "create_attempted_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="a create was sent and may have reached GitHub",
+                        null=True,
+                    ),
+                ),
+                (
+                    "attempts",
+                    models.PositiveIntegerField(default=0, help_text="failed attempts in a row"),
+                ),
+                (
+                    "writes",
+                    models.PositiveIntegerField(default=0, help_text="creates and updates sent"),
+                ),
+                ("sent_at", models.DateTimeField(blank=True, null=True)),
+                ("last_error", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField()),
+                (
+                    "job",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="mirror",
+                        to="hud.job",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='LevelChange',
+            name="LevelChange",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('from_level', models.PositiveSmallIntegerField(blank=True, choices=[(1, 'L1'), (2, 'L2'), (3, 'L3'), (4, 'L4')], null=True)),
-                ('to_level', models.PositiveSmallIntegerField(blank=True, choices=[(1, 'L1'), (2, 'L2'), (3, 'L3'), (4, 'L4')], help_text='null when delisted', null=True)),
-                ('at', models.DateTimeField()),
-                ('recorded_at', models.DateTimeField()),
-                ('reason', models.TextField(blank=True)),
-                ('source', models.CharField(choices=[('import', 'allowlist import'), ('approval', 'approved request'), ('forward', 'learnt from a relay forward'), ('admin', 'admin decision')], max_length=20)),
-                ('evidence', models.JSONField(blank=True, null=True)),
-                ('by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('downstream', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='changes', to='hud.downstream')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "from_level",
+                    models.PositiveSmallIntegerField(
+                        blank=True, choices=[(1, "L1"), (2, "L2"), (3, "L3"), (4, "L4")], null=True
+                    ),
+                ),
+                (
+                    "to_level",
+                    models.PositiveSmallIntegerField(
+                        blank=True,
+                        choices=[(1, "L1"), (2, "L2"), (3, "L3"), (4, "L4")],
+                        help_text="null when delisted",
+                        null=True,
+                    ),
+                ),
+                ("at", models.DateTimeField()),
+                ("recorded_at", models.DateTimeField()),
+                ("reason", models.TextField(blank=True)),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[
+                            ("import", "allowlist import"),
+                            ("approval", "approved request"),
+                            ("forward", "learnt from a relay forward"),
+                            ("admin", "admin decision"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("evidence", models.JSONField(blank=True, null=True)),
+                (
+                    "by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "downstream",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="changes",
+                        to="hud.downstream",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['downstream', 'at', 'id'],
+                "ordering": ["downstream", "at", "id"],
             },
         ),
         migrations.CreateModel(
-            name='LevelOverride',
+            name="LevelOverride",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('level', models.PositiveSmallIntegerField(choices=[(1, 'L1'), (2, 'L2'), (3, 'L3'), (4, 'L4')])),
-                ('reason', models.TextField()),
-                ('created_at', models.DateTimeField()),
-                ('expires_at', models.DateTimeField()),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('downstream', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='overrides', to='hud.downstream')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "level",
+                    models.PositiveSmallIntegerField(
+                        choices=[(1, "L1"), (2, "L2"), (3, "L3"), (4, "L4")]
+                    ),
+                ),
+                ("reason", models.TextField()),
+                ("created_at", models.DateTimeField()),
+                ("expires_at", models.DateTimeField()),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "downstream",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="overrides",
+                        to="hud.downstream",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='NotificationTarget',
+            name="NotificationTarget",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('email', 'email'), ('webhook', 'webhook (Slack-compatible)')], max_length=20)),
-                ('address', models.CharField(help_text='an email address, or the webhook URL (a secret: never shown)', max_length=500)),
-                ('events', models.JSONField(blank=True, default=list, help_text='event types to send; empty: all of them')),
-                ('enabled', models.BooleanField(default=True)),
-                ('description', models.CharField(blank=True, max_length=200)),
-                ('created_at', models.DateTimeField()),
-                ('downstream', models.ForeignKey(blank=True, help_text='empty: every backend', null=True, on_delete=django.db.models.deletion.CASCADE, related_name='notification_targets', to='hud.downstream')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("email", "email"), ("webhook", "webhook (Slack-compatible)")],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "address",
+                    models.CharField(
+                        help_text="an email address, or the webhook URL (a secret: never shown)",
+                        max_length=500,
+                    ),
+                ),
+                (
+                    "events",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        help_text="event types to send; empty: all of them",
+                    ),
+                ),
+                ("enabled", models.BooleanField(default=True)),
+                ("description", models.CharField(blank=True, max_length=200)),
+                ("created_at", models.DateTimeField()),
+                (
+                    "downstream",
+                    models.ForeignKey(
+                        blank=True,
+                        help_text="empty: every backend",
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="notification_targets",
+                        to="hud.downstream",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['downstream__full_name', 'kind', 'id'],
+                "ordering": ["downstream__full_name", "kind", "id"],
             },
         ),
         migrations.CreateModel(
-            name='Notification',
+            name="Notification",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('event_key', models.CharField(help_text="the event's key and the target: sent once", max_length=300, unique=True)),
-                ('event', models.CharField(db_index=True, help_text='e.g. warning:12:opened', max_length=250)),
-                ('event_type', models.CharField(max_length=40)),
-                ('kind', models.CharField(choices=[('email', 'email'), ('webhook', 'webhook (Slack-compatible)')], max_length=20)),
-                ('recipient', models.CharField(help_text='as shown: webhook URLs masked', max_length=500)),
-                ('payload', models.JSONField(help_text='subject, text and Slack blocks')),
-                ('status', models.CharField(choices=[('pending', 'pending'), ('sent', 'sent'), ('failed', 'failed')], default='pending', max_length=20)),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('last_error', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField()),
-                ('next_attempt_at', models.DateTimeField(blank=True, help_text='when a retry is due; empty once sent or given up', null=True)),
-                ('claimed_until', models.DateTimeField(blank=True, help_text='lease of a send', null=True)),
-                ('sent_at', models.DateTimeField(blank=True, null=True)),
-                ('downstream', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='hud.downstream')),
-                ('target', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='notifications', to='hud.notificationtarget')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "event_key",
+                    models.CharField(
+                        help_text="the event's key and the target: sent once",
+                        max_length=300,
+                        unique=True,
+                    ),
+                ),
+                (
+                    "event",
+                    models.CharField(
+                        db_index=True, help_text="e.g. warning:12:opened", max_length=250
+                    ),
+                ),
+                ("event_type", models.CharField(max_length=40)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("email", "email"), ("webhook", "webhook (Slack-compatible)")],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "recipient",
+                    models.CharField(help_text="as shown: webhook URLs masked", max_length=500),
+                ),
+                ("payload", models.JSONField(help_text="subject, text and Slack blocks")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("pending", "pending"), ("sent", "sent"), ("failed", "failed")],
+                        default="pending",
+                        max_length=20,
+                    ),
+                ),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("last_error", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField()),
+                (
+                    "next_attempt_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="when a retry is due; empty once sent or given up",
+                        null=True,
+                    ),
+                ),
+                (
+                    "claimed_until",
+                    models.DateTimeField(blank=True, help_text="lease of a send", null=True),
+                ),
+                ("sent_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "downstream",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="hud.downstream",
+                    ),
+                ),
+                (
+                    "target",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="notifications",
+                        to="hud.notificationtarget",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='OncallComment',
+            name="OncallComment",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('pr_number', models.PositiveIntegerField()),
-                ('comment_id', models.BigIntegerField(blank=True, null=True)),
-                ('html_url', models.URLField(blank=True, max_length=500)),
-                ('desired_hash', models.CharField(blank=True, max_length=64)),
-                ('last_body_hash', models.CharField(blank=True, max_length=64)),
-                ('claimed_at', models.DateTimeField(blank=True, null=True)),
-                ('resync', models.BooleanField(default=False)),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('writes', models.PositiveIntegerField(default=0)),
-                ('sent_at', models.DateTimeField(blank=True, null=True)),
-                ('last_error', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField()),
-                ('downstream', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='oncall_comments', to='hud.downstream')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("pr_number", models.PositiveIntegerField()),
+                ("comment_id", models.BigIntegerField(blank=True, null=True)),
+                ("html_url", models.URLField(blank=True, max_length=500)),
+                ("desired_hash", models.CharField(blank=True, max_length=64)),
+                ("last_body_hash", models.CharField(blank=True, max_length=64)),
+                ("claimed_at", models.DateTimeField(blank=True, null=True)),
+                ("resync", models.BooleanField(default=False)),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("writes", models.PositiveIntegerField(default=0)),
+                ("sent_at", models.DateTimeField(blank=True, null=True)),
+                ("last_error", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField()),
+                (
+                    "downstream",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="oncall_comments",
+                        to="hud.downstream",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='PromotionRequest',
+            name="PromotionRequest",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('from_level', models.PositiveSmallIntegerField(choices=[(1, 'L1'), (2, 'L2'), (3, 'L3'), (4, 'L4')])),
-                ('to_level', models.PositiveSmallIntegerField(choices=[(1, 'L1'), (2, 'L2'), (3, 'L3'), (4, 'L4')])),
-                ('device', models.CharField(blank=True, max_length=100)),
-                ('oncalls', models.JSONField(blank=True, default=list)),
-                ('reason', models.TextField(blank=True)),
-                ('evidence', models.JSONField(help_text='gate evaluation and metrics when requested')),
-                ('requested_at', models.DateTimeField()),
-                ('status', models.CharField(choices=[('pending', 'pending'), ('approved', 'approved'), ('rejected', 'rejected')], default='pending', max_length=20)),
-                ('decided_at', models.DateTimeField(blank=True, null=True)),
-                ('decision_comment', models.TextField(blank=True)),
-                ('allowlist_text', models.TextField(blank=True, help_text='allowlist.yml after approval')),
-                ('pr_description', models.TextField(blank=True)),
-                ('decided_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('downstream', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='requests', to='hud.downstream')),
-                ('requested_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "from_level",
+                    models.PositiveSmallIntegerField(
+                        choices=[(1, "L1"), (2, "L2"), (3, "L3"), (4, "L4")]
+                    ),
+                ),
+                (
+                    "to_level",
+                    models.PositiveSmallIntegerField(
+                        choices=[(1, "L1"), (2, "L2"), (3, "L3"), (4, "L4")]
+                    ),
+                ),
+                ("device", models.CharField(blank=True, max_length=100)),
+                ("oncalls", models.JSONField(blank=True, default=list)),
+                ("reason", models.TextField(blank=True)),
+                (
+                    "evidence",
+                    models.JSONField(help_text="gate evaluation and metrics when requested"),
+                ),
+                ("requested_at", models.DateTimeField()),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "pending"),
+                            ("approved", "approved"),
+                            ("rejected", "rejected"),
+                        ],
+                        default="pending",
+                        max_length=20,
+                    ),
+                ),
+                ("decided_at", models.DateTimeField(blank=True, null=True)),
+                ("decision_comment", models.TextField(blank=True)),
+                (
+                    "allowlist_text",
+                    models.TextField(blank=True, help_text="allowlist.yml after approval"),
+                ),
+                ("pr_description", models.TextField(blank=True)),
+                (
+                    "decided_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "downstream",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="requests",
+                        to="hud.downstream",
+                    ),
+                ),
+                (
+                    "requested_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-requested_at'],
+                "ordering": ["-requested_at"],
             },
         ),
         migrations.CreateModel(
-            name='RateBucket',
+            name="RateBucket",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('tokens', models.FloatField()),
-                ('updated_epoch', models.FloatField()),
-                ('downstream', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='rate_bucket', to='hud.downstream')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("tokens", models.FloatField()),
+                ("updated_epoch", models.FloatField()),
+                (
+                    "downstream",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="rate_bucket",
+                        to="hud.downstream",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='RepositoryAlias',
+            name="RepositoryAlias",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('old_name', models.CharField(help_text="owner/repo no longer the backend's name", max_length=200)),
-                ('renamed', models.BooleanField(default=False, help_text='the backend took a new name when this alias was recorded')),
-                ('reason', models.TextField()),
-                ('created_at', models.DateTimeField()),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('downstream', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='aliases', to='hud.downstream')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "old_name",
+                    models.CharField(
+                        help_text="owner/repo no longer the backend's name", max_length=200
+                    ),
+                ),
+                (
+                    "renamed",
+                    models.BooleanField(
+                        default=False,
+                        help_text="the backend took a new name when this alias was recorded",
+                    ),
+                ),
+                ("reason", models.TextField()),
+                ("created_at", models.DateTimeField()),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "downstream",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="aliases",
+                        to="hud.downstream",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='RerunRequest',
+            name="RerunRequest",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('run_id', models.BigIntegerField()),
-                ('kind', models.CharField(choices=[('failed_jobs', 'failed jobs'), ('all', 'whole run')], max_length=20)),
-                ('delivery_id', models.CharField(help_text='the rerequested webhook delivery', max_length=100)),
-                ('head_sha', models.CharField(blank=True, max_length=64)),
-                ('created_at', models.DateTimeField()),
-                ('requested_at', models.DateTimeField(blank=True, help_text='when GitHub accepted the re-run', null=True)),
-                ('outcome', models.CharField(choices=[('pending', 'pending'), ('requested', 'requested'), ('already_running', 'already running'), ('failed', 'failed')], default='pending', max_length=20)),
-                ('claimed_at', models.DateTimeField(blank=True, null=True)),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('reason', models.TextField(blank=True)),
-                ('downstream', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='reruns', to='hud.downstream')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("run_id", models.BigIntegerField()),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("failed_jobs", "failed jobs"), ("all", "whole run")],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "delivery_id",
+                    models.CharField(help_text="the rerequested webhook delivery", max_length=100),
+                ),
+                ("head_sha", models.CharField(blank=True, max_length=64)),
+                ("created_at", models.DateTimeField()),
+                (
+                    "requested_at",
+                    models.DateTimeField(
+                        blank=True, help_text="when GitHub accepted the re-run", null=True
+                    ),
+                ),
+                (
+                    "outcome",
+                    models.CharField(
+                        choices=[
+                            ("pending", "pending"),
+                            ("requested", "requested"),
+                            ("already_running", "already running"),
+                            ("failed", "failed"),
+                        ],
+                        default="pending",
+                        max_length=20,
+                    ),
+                ),
+                ("claimed_at", models.DateTimeField(blank=True, null=True)),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("reason", models.TextField(blank=True)),
+                (
+                    "downstream",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="reruns",
+                        to="hud.downstream",
+                    ),
+                ),
             ],
         ),
         migrations.AddIndex(
-            model_name='dispatch',
-            index=models.Index(fields=['downstream', 'created_at'], name='hud_dispatc_downstr_c5ad77_idx'),
+            model_name="dispatch",
+            index=models.Index(
+                fields=["downstream", "created_at"], name="hud_dispatc_downstr_c5ad77_idx"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='dispatch',
-            constraint=models.UniqueConstraint(fields=('delivery', 'downstream'), name='dispatch_delivery_downstream_unique'),
+            model_name="dispatch",
+            constraint=models.UniqueConstraint(
+                fields=("delivery", "downstream"), name="dispatch_delivery_downstream_unique"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='demotionwarning',
-            constraint=models.UniqueConstraint(condition=models.Q(('status', 'open')), fields=('downstream',), name='one_open_warning_per_backend'),
+            model_name="demotionwarning",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("status", "open")),
+                fields=("downstream",),
+                name="one_open_warning_per_backend",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='backendmaintainer',
-            constraint=models.UniqueConstraint(fields=('user', 'downstream'), name='maintainer_unique'),
+            model_name="backendmaintainer",
+            constraint=models.UniqueConstraint(
+                fields=("user", "downstream"), name="maintainer_unique"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='gateevaluation',
-            constraint=models.UniqueConstraint(fields=('downstream', 'day'), name='one_evaluation_per_day'),
+            model_name="gateevaluation",
+            constraint=models.UniqueConstraint(
+                fields=("downstream", "day"), name="one_evaluation_per_day"
+            ),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['downstream', 'placed_at'], name='job_downstream_time'),
+            model_name="job",
+            index=models.Index(fields=["downstream", "placed_at"], name="job_downstream_time"),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['placed_at'], name='job_time'),
+            model_name="job",
+            index=models.Index(fields=["placed_at"], name="job_time"),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['pr_number', 'placed_at'], name='job_pr'),
+            model_name="job",
+            index=models.Index(fields=["pr_number", "placed_at"], name="job_pr"),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['head_sha'], name='job_head_sha'),
+            model_name="job",
+            index=models.Index(fields=["head_sha"], name="job_head_sha"),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['downstream', 'event_type', 'head_sha', 'workflow_name', 'job_name'], name='job_logical'),
+            model_name="job",
+            index=models.Index(
+                fields=["downstream", "event_type", "head_sha", "workflow_name", "job_name"],
+                name="job_logical",
+            ),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['status', 'placed_at'], name='job_open'),
+            model_name="job",
+            index=models.Index(fields=["status", "placed_at"], name="job_open"),
         ),
         migrations.AddConstraint(
-            model_name='job',
-            constraint=models.UniqueConstraint(fields=('downstream', 'delivery_id', 'workflow_name', 'job_name', 'check_run_id'), name='job_row_key_unique'),
+            model_name="job",
+            constraint=models.UniqueConstraint(
+                fields=("downstream", "delivery_id", "workflow_name", "job_name", "check_run_id"),
+                name="job_row_key_unique",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='gateexclusion',
-            constraint=models.CheckConstraint(condition=models.Q(('job__isnull', False), models.Q(('end__isnull', False), ('start__isnull', False)), _connector='OR'), name='exclusion_has_window_or_job'),
+            model_name="gateexclusion",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("job__isnull", False),
+                    models.Q(("end__isnull", False), ("start__isnull", False)),
+                    _connector="OR",
+                ),
+                name="exclusion_has_window_or_job",
+            ),
         ),
         migrations.AddIndex(
-            model_name='failedtest',
-            index=models.Index(fields=['classname', 'name'], name='failedtest_id'),
+            model_name="failedtest",
+            index=models.Index(fields=["classname", "name"], name="failedtest_id"),
         ),
         migrations.AddIndex(
-            model_name='checkrunmirror',
-            index=models.Index(fields=['head_sha'], name='mirror_head_sha'),
+            model_name="checkrunmirror",
+            index=models.Index(fields=["head_sha"], name="mirror_head_sha"),
         ),
         migrations.AddIndex(
-            model_name='levelchange',
-            index=models.Index(fields=['downstream', 'at'], name='hud_levelch_downstr_5a71a8_idx'),
+            model_name="levelchange",
+            index=models.Index(fields=["downstream", "at"], name="hud_levelch_downstr_5a71a8_idx"),
         ),
         migrations.AddIndex(
-            model_name='leveloverride',
-            index=models.Index(fields=['downstream', 'expires_at'], name='hud_levelov_downstr_eabdd8_idx'),
+            model_name="leveloverride",
+            index=models.Index(
+                fields=["downstream", "expires_at"], name="hud_levelov_downstr_eabdd8_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='notification',
-            index=models.Index(fields=['status', 'next_attempt_at'], name='notification_due'),
+            model_name="notification",
+            index=models.Index(fields=["status", "next_attempt_at"], name="notification_due"),
         ),
         migrations.AddIndex(
-            model_name='notification',
-            index=models.Index(fields=['created_at'], name='notification_time'),
+            model_name="notification",
+            index=models.Index(fields=["created_at"], name="notification_time"),
         ),
         migrations.AddConstraint(
-            model_name='oncallcomment',
-            constraint=models.UniqueConstraint(fields=('pr_number', 'downstream'), name='oncall_comment_pr_downstream_unique'),
+            model_name="oncallcomment",
+            constraint=models.UniqueConstraint(
+                fields=("pr_number", "downstream"), name="oncall_comment_pr_downstream_unique"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='promotionrequest',
-            constraint=models.UniqueConstraint(condition=models.Q(('status', 'pending')), fields=('downstream',), name='one_pending_request_per_backend'),
+            model_name="promotionrequest",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("status", "pending")),
+                fields=("downstream",),
+                name="one_pending_request_per_backend",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='repositoryalias',
-            constraint=models.UniqueConstraint(django.db.models.functions.text.Lower('old_name'), name='repository_alias_name_ci_unique'),
+            model_name="repositoryalias",
+            constraint=models.UniqueConstraint(
+                django.db.models.functions.text.Lower("old_name"),
+                name="repository_alias_name_ci_unique",
+            ),
         ),
         migrations.AddIndex(
-            model_name='rerunrequest',
-            index=models.Index(fields=['downstream', 'run_id', 'requested_at'], name='hud_rerunre_downstr_0b8623_idx'),
+            model_name="rerunrequest",
+            index=models.Index(
+                fields=["downstream", "run_id", "requested_at"],
+                name="hud_rerunre_downstr_0b8623_idx",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='rerunrequest',
-            constraint=models.UniqueConstraint(fields=('delivery_id', 'downstream', 'run_id'), name='rerun_once_per_delivery'),
+            model_name="rerunrequest",
+            constraint=models.UniqueConstraint(
+                fields=("delivery_id", "downstream", "run_id"), name="rerun_once_per_delivery"
+            ),
         ),
     ]

@@ -4,45 +4,44 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('hud', '0001_initial'),
+        ("hud", "0001_initial"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='delivery',
-            name='pr_number',
+            model_name="delivery",
+            name="pr_number",
             field=models.PositiveBigIntegerField(default=0),
         ),
         migrations.AlterField(
-            model_name='job',
-            name='pr_number',
+            model_name="job",
+            name="pr_number",
             field=models.PositiveBigIntegerField(default=0),
         ),
         migrations.AlterField(
-            model_name='job',
-            name='tests_failed',
+            model_name="job",
+            name="tests_failed",
             field=models.PositiveBigIntegerField(blank=True, null=True),
         ),
         migrations.AlterField(
-            model_name='job',
-            name='tests_passed',
+            model_name="job",
+            name="tests_passed",
             field=models.PositiveBigIntegerField(blank=True, null=True),
         ),
         migrations.AlterField(
-            model_name='job',
-            name='tests_skipped',
+            model_name="job",
+            name="tests_skipped",
             field=models.PositiveBigIntegerField(blank=True, null=True),
         ),
         migrations.AlterField(
-            model_name='job',
-            name='tests_total',
+            model_name="job",
+            name="tests_total",
             field=models.PositiveBigIntegerField(blank=True, null=True),
         ),
         migrations.AlterField(
-            model_name='oncallcomment',
-            name='pr_number',
+            model_name="oncallcomment",
+            name="pr_number",
             field=models.PositiveBigIntegerField(),
         ),
     ]

@@ -14,75 +14,205 @@ def fill_derived_layer(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('hud', '0002_widen_pr_numbers_and_test_counts_to_64_bit'),
+        ("hud", "0002_widen_pr_numbers_and_test_counts_to_64_bit"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='DailyRollup',
+            name="DailyRollup",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('event_type', models.CharField(max_length=40)),
-                ('day', models.DateField()),
-                ('success', models.IntegerField(default=0)),
-                ('failure', models.IntegerField(default=0)),
-                ('timed_out', models.IntegerField(default=0)),
-                ('cancelled', models.IntegerField(default=0)),
-                ('superseded', models.IntegerField(default=0)),
-                ('excluded', models.IntegerField(default=0)),
-                ('first_success', models.IntegerField(default=0)),
-                ('first_counted', models.IntegerField(default=0)),
-                ('completed_jobs', models.IntegerField(default=0)),
-                ('rerun_jobs', models.IntegerField(default=0)),
-                ('failed_tests', models.BigIntegerField(default=0)),
-                ('completed_attempts', models.IntegerField(default=0)),
-                ('runs', models.IntegerField(default=0, help_text='completed, not skipped attempts')),
-                ('queue_n', models.IntegerField(default=0)),
-                ('queue_ms', models.BigIntegerField(default=0)),
-                ('execution_n', models.IntegerField(default=0)),
-                ('execution_ms', models.BigIntegerField(default=0)),
-                ('end_to_end_n', models.IntegerField(default=0)),
-                ('end_to_end_ms', models.BigIntegerField(default=0)),
-                ('overrun_known', models.IntegerField(default=0)),
-                ('overrun', models.IntegerField(default=0)),
-                ('downstream', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='hud.downstream')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("event_type", models.CharField(max_length=40)),
+                ("day", models.DateField()),
+                ("success", models.IntegerField(default=0)),
+                ("failure", models.IntegerField(default=0)),
+                ("timed_out", models.IntegerField(default=0)),
+                ("cancelled", models.IntegerField(default=0)),
+                ("superseded", models.IntegerField(default=0)),
+                ("excluded", models.IntegerField(default=0)),
+                ("first_success", models.IntegerField(default=0)),
+                ("first_counted", models.IntegerField(default=0)),
+                ("completed_jobs", models.IntegerField(default=0)),
+                ("rerun_jobs", models.IntegerField(default=0)),
+                ("failed_tests", models.BigIntegerField(default=0)),
+                ("completed_attempts", models.IntegerField(default=0)),
+                (
+                    "runs",
+                    models.IntegerField(default=0, help_text="completed, not skipped attempts"),
+                ),
+                ("queue_n", models.IntegerField(default=0)),
+                ("queue_ms", models.BigIntegerField(default=0)),
+                ("execution_n", models.IntegerField(default=0)),
+                ("execution_ms", models.BigIntegerField(default=0)),
+                ("end_to_end_n", models.IntegerField(default=0)),
+                ("end_to_end_ms", models.BigIntegerField(default=0)),
+                ("overrun_known", models.IntegerField(default=0)),
+                ("overrun", models.IntegerField(default=0)),
+                (
+                    "downstream",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="hud.downstream",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['day'], name='dailyrollup_day')],
-                'constraints': [models.UniqueConstraint(fields=('downstream', 'event_type', 'day'), name='dailyrollup_key_unique')],
+                "indexes": [models.Index(fields=["day"], name="dailyrollup_day")],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("downstream", "event_type", "day"), name="dailyrollup_key_unique"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='LogicalJob',
+            name="LogicalJob",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('event_type', models.CharField(max_length=40)),
-                ('head_sha', models.CharField(max_length=64)),
-                ('workflow_name', models.CharField(max_length=255)),
-                ('job_name', models.CharField(max_length=255)),
-                ('pr_number', models.PositiveBigIntegerField(default=0, help_text="the latest attempt's")),
-                ('first_pr_number', models.PositiveBigIntegerField(default=0, help_text="the first attempt's")),
-                ('ref', models.CharField(blank=True, max_length=255)),
-                ('latest_status', models.CharField(choices=[('in_progress', 'in progress'), ('completed', 'completed')], max_length=20)),
-                ('latest_conclusion', models.CharField(blank=True, choices=[('success', 'success'), ('failure', 'failure'), ('cancelled', 'cancelled'), ('timed_out', 'timed out'), ('skipped', 'skipped'), ('neutral', 'neutral')], max_length=20)),
-                ('outcome', models.CharField(choices=[('success', 'success'), ('failure', 'failure'), ('timed_out', 'timed out'), ('cancelled', 'cancelled'), ('superseded', 'superseded by a newer push'), ('excluded', 'not counted (unfinished, skipped, neutral)')], max_length=20)),
-                ('first_outcome', models.CharField(choices=[('success', 'success'), ('failure', 'failure'), ('timed_out', 'timed out'), ('cancelled', 'cancelled'), ('superseded', 'superseded by a newer push'), ('excluded', 'not counted (unfinished, skipped, neutral)')], help_text="the first attempt's class", max_length=20)),
-                ('attempts', models.PositiveIntegerField(help_text='attempt rows; re-runs are attempts - 1')),
-                ('queue_seconds', models.FloatField(blank=True, help_text='latest attempt', null=True)),
-                ('execution_seconds', models.FloatField(blank=True, help_text='latest attempt', null=True)),
-                ('closed_by_sweeper', models.BooleanField(default=False, help_text='latest attempt')),
-                ('failed_tests', models.PositiveIntegerField(default=0, help_text='stored for the latest attempt')),
-                ('placed_at', models.DateTimeField(help_text="the latest attempt's: places the job in a window")),
-                ('first_placed_at', models.DateTimeField()),
-                ('rollup_contribution', models.TextField(default='{}')),
-                ('downstream', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='logical_jobs', to='hud.downstream')),
-                ('latest_job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='hud.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("event_type", models.CharField(max_length=40)),
+                ("head_sha", models.CharField(max_length=64)),
+                ("workflow_name", models.CharField(max_length=255)),
+                ("job_name", models.CharField(max_length=255)),
+                (
+                    "pr_number",
+                    models.PositiveBigIntegerField(default=0, help_text="the latest attempt's"),
+                ),
+                (
+                    "first_pr_number",
+                    models.PositiveBigIntegerField(default=0, help_text="the first attempt's"),
+                ),
+                ("ref", models.CharField(blank=True, max_length=255)),
+                (
+                    "latest_status",
+                    models.CharField(
+                        choices=[("in_progress", "in progress"), ("completed", "completed")],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "latest_conclusion",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("success", "success"),
+                            ("failure", "failure"),
+                            ("cancelled", "cancelled"),
+                            ("timed_out", "timed out"),
+                            ("skipped", "skipped"),
+                            ("neutral", "neutral"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "outcome",
+                    models.CharField(
+                        choices=[
+                            ("success", "success"),
+                            ("failure", "failure"),
+                            ("timed_out", "timed out"),
+                            ("cancelled", "cancelled"),
+                            ("superseded", "superseded by a newer push"),
+                            ("excluded", "not counted (unfinished, skipped, neutral)"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "first_outcome",
+                    models.CharField(
+                        choices=[
+                            ("success", "success"),
+                            ("failure", "failure"),
+                            ("timed_out", "timed out"),
+                            ("cancelled", "cancelled"),
+                            ("superseded", "superseded by a newer push"),
+                            ("excluded", "not counted (unfinished, skipped, neutral)"),
+                        ],
+                        help_text="the first attempt's class",
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "attempts",
+                    models.PositiveIntegerField(help_text="attempt rows; re-runs are attempts - 1"),
+                ),
+                (
+                    "queue_seconds",
+                    models.FloatField(blank=True, help_text="latest attempt", null=True),
+                ),
+                (
+                    "execution_seconds",
+                    models.FloatField(blank=True, help_text="latest attempt", null=True),
+                ),
+                (
+                    "closed_by_sweeper",
+                    models.BooleanField(default=False, help_text="latest attempt"),
+                ),
+                (
+                    "failed_tests",
+                    models.PositiveIntegerField(
+                        default=0, help_text="stored for the latest attempt"
+                    ),
+                ),
+                (
+                    "placed_at",
+                    models.DateTimeField(
+                        help_text="the latest attempt's: places the job in a window"
+                    ),
+                ),
+                ("first_placed_at", models.DateTimeField()),
+                ("rollup_contribution", models.TextField(default="{}")),
+                (
+                    "downstream",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="logical_jobs",
+                        to="hud.downstream",
+                    ),
+                ),
+                (
+                    "latest_job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="hud.job"
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['downstream', 'placed_at'], name='logicaljob_downstream_time'), models.Index(fields=['placed_at'], name='logicaljob_time'), models.Index(fields=['downstream', 'pr_number'], name='logicaljob_pr'), models.Index(fields=['downstream', 'first_pr_number'], name='logicaljob_first_pr')],
-                'constraints': [models.UniqueConstraint(fields=('downstream', 'event_type', 'head_sha', 'workflow_name', 'job_name'), name='logicaljob_key_unique')],
+                "indexes": [
+                    models.Index(
+                        fields=["downstream", "placed_at"], name="logicaljob_downstream_time"
+                    ),
+                    models.Index(fields=["placed_at"], name="logicaljob_time"),
+                    models.Index(fields=["downstream", "pr_number"], name="logicaljob_pr"),
+                    models.Index(
+                        fields=["downstream", "first_pr_number"], name="logicaljob_first_pr"
+                    ),
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=(
+                            "downstream",
+                            "event_type",
+                            "head_sha",
+                            "workflow_name",
+                            "job_name",
+                        ),
+                        name="logicaljob_key_unique",
+                    )
+                ],
             },
         ),
         migrations.RunPython(fill_derived_layer, migrations.RunPython.noop),

@@ -23,16 +23,17 @@ def fill_authors(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('hud', '0003_derived_logical_jobs_and_daily_rollups'),
+        ("hud", "0003_derived_logical_jobs_and_daily_rollups"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='delivery',
-            name='pr_author',
-            field=models.CharField(blank=True, help_text='pull_request.user.login (kept after pruning)', max_length=100),
+            model_name="delivery",
+            name="pr_author",
+            field=models.CharField(
+                blank=True, help_text="pull_request.user.login (kept after pruning)", max_length=100
+            ),
         ),
         migrations.RunPython(fill_authors, migrations.RunPython.noop),
     ]

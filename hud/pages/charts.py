@@ -154,9 +154,19 @@ def _band(days: list[str], rows: pd.DataFrame, **extra: Any) -> dict[str, Any]:
 
     Days without a value have no interval (a 0–100 % "interval" of nothing is not shown).
     """
+    high, low = _band_bounds(rows)
+    return _band_trace(days, high, low, **extra)
+
+
+def _band_bounds(rows: pd.DataFrame) -> tuple[list[float | None], list[float | None]]:
+    """The band's upper and lower bounds in %, None on days without a value."""
     known = rows["value" if "value" in rows else "pass_rate"].notna()
-    high = _percent(rows["high"].where(known))
-    low = _percent(rows["low"].where(known))
+    return _percent(rows["high"].where(known)), _percent(rows["low"].where(known))
+
+
+def _band_trace(
+    days: list[str], high: list[float | None], low: list[float | None], **extra: Any
+) -> dict[str, Any]:
     return {
         "type": "scatter",
         "x": days + days[::-1],
@@ -362,25 +372,28 @@ def backends_pass_rate_figure(daily: pd.DataFrame) -> Figure:
     if not has_data(daily):
         return _no_data(title)
     figure = _panels(_backends(daily), title)
+    # Each column converted once for every backend, then cut into their panels.
+    days, rates, counts = _days(daily), _percent(daily["pass_rate"]), daily["n"].tolist()
+    high, low = _band_bounds(daily)
+    symbols = ["circle" if ok else "circle-open" for ok in daily["sufficient"].astype(bool)]
     for index, name, rows in _by_backend(daily):
-        days = _days(rows)
-        _add(figure, _band(days, rows), index)
+        positions = daily.index.get_indexer(rows.index)
+
+        def cut(values: list, positions=positions) -> list:
+            return [values[i] for i in positions]
+
+        _add(figure, _band_trace(cut(days), cut(high), cut(low)), index)
         _add(
             figure,
             _trace(
                 "scatter",
-                x=days,
-                y=_percent(rows["pass_rate"]),
+                x=cut(days),
+                y=cut(rates),
                 mode="lines+markers",
                 name=name,
                 line={"color": SUCCESS_COLOUR},
-                marker={
-                    "symbol": [
-                        "circle" if ok else "circle-open" for ok in rows["sufficient"].astype(bool)
-                    ],
-                    "size": 6,
-                },
-                customdata=rows["n"].tolist(),
+                marker={"symbol": cut(symbols), "size": 6},
+                customdata=cut(counts),
                 hovertemplate="%{y:.1f}% of %{customdata}<extra>" + name + "</extra>",
             ),
             index,

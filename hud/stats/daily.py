@@ -8,9 +8,8 @@ import numpy as np
 import pandas as pd
 
 from hud.stats.frames import Jobs, prepare
-from hud.stats.intervals import DEFAULT_MIN_N
-from hud.stats.outcomes import COUNTED, EXCLUDED, SUPERSEDED, OutcomeCounts
-from hud.stats.rates import _pass_rate_from_counts
+from hud.stats.intervals import DEFAULT_MIN_N, wilson_intervals
+from hud.stats.outcomes import COUNTED
 from hud.stats.timing import _timed, end_to_end_seconds
 
 
@@ -76,35 +75,33 @@ def daily_frame(
     *,
     min_n: int = DEFAULT_MIN_N,
 ) -> pd.DataFrame:
-    """The rows of `daily_series` from per-day outcome counts (columns `COUNTED`, superseded,
-    excluded) and per-day durations (runs, means and medians), both indexed by `days`.
+    """The rows of `daily_series` from per-day outcome counts (columns `COUNTED`; superseded
+    and excluded ones are not counted) and per-day durations (runs, means and medians), both
+    indexed by `days`.
 
     `days` is the UTC midnights, or a MultiIndex whose last level is, such as (backend, day):
     its other levels become the first columns, so many series are built in one pass.
     """
-    columns = [*COUNTED, SUPERSEDED, EXCLUDED]
-    tally = tally.reindex(index=days, columns=columns, fill_value=0).astype(int)
+    # Each day is a single cluster: its pass rate has the plain Wilson interval (of the
+    # counted jobs, `OutcomeCounts.counted`), computed for every row at once.
+    tally = tally.reindex(index=days, columns=list(COUNTED), fill_value=0).astype("int64")
     durations = durations.reindex(days)
-    records = []
-    for day, row in zip(
-        days.get_level_values(-1), tally.itertuples(index=False, name=None), strict=True
-    ):
-        counts = OutcomeCounts(*row[:4], superseded=row[4], excluded=row[5])
-        estimate = _pass_rate_from_counts(counts, min_n)
-        records.append(
-            {
-                "day": day.date(),
-                "pass_rate": np.nan if estimate.value is None else estimate.value,
-                "low": estimate.low,
-                "high": estimate.high,
-                "n": estimate.n,
-                "sufficient": estimate.sufficient,
-                "successes": counts.successes,
-                "failures": counts.against,
-                "timed_out": counts.timed_out,
-            }
-        )
-    out = pd.DataFrame.from_records(records, columns=DAILY_COLUMNS[:9])
+    successes, failures, timed_out, cancelled = (tally[column].to_numpy() for column in COUNTED)
+    counted = successes + failures + timed_out + cancelled
+    low, high = wilson_intervals(successes, counted)
+    out = pd.DataFrame(
+        {
+            "day": [day.date() for day in days.get_level_values(-1)],
+            "pass_rate": np.where(counted > 0, successes / np.maximum(counted, 1), np.nan),
+            "low": low,
+            "high": high,
+            "n": counted,
+            "sufficient": (counted > 0) & (counted >= min_n),
+            "successes": successes,
+            "failures": counted - successes,
+            "timed_out": timed_out,
+        }
+    )
     durations = durations.reset_index(drop=True).fillna({"runs": 0}).astype({"runs": "int64"})
     out = pd.concat([out, durations], axis=1)[DAILY_COLUMNS]
     if days.nlevels == 1:

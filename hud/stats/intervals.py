@@ -60,6 +60,21 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, floa
     return max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half))
 
 
+def wilson_intervals(successes: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`wilson_interval` of many (successes, n) pairs at once, the same operations in the same
+    order, so every bound is the same float; (0, 1) where n is 0."""
+    known = n > 0
+    n = np.where(known, n, 1)
+    z = Z95
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z / denom * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    low = np.maximum(0.0, np.minimum(p, centre - half))
+    high = np.minimum(1.0, np.maximum(p, centre + half))
+    return np.where(known, low, 0.0), np.where(known, high, 1.0)
+
+
 def proportion(
     successes: int, n: int, *, min_n: int = DEFAULT_MIN_N, unit: str = "ratio", note: str = ""
 ) -> Estimate:

@@ -44,11 +44,6 @@ def outcome_counts(df: Jobs, start: dt.datetime, end: dt.datetime) -> OutcomeCou
     return _counts(_window_latest(prepare(df).latest, start, end)["outcome"])
 
 
-def _pass_rate_from_counts(counts: OutcomeCounts, min_n: int) -> Estimate:
-    # One day's pass rate (daily series): a single cluster, so the plain Wilson interval.
-    return proportion(counts.successes, counts.counted, min_n=min_n, note=_excluded_note(counts))
-
-
 def _excluded_note(counts: OutcomeCounts) -> str:
     return f"{counts.superseded} superseded cancels and {counts.excluded} skipped/neutral excluded"
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hud import stats
-from hud.stats import rates
+from hud.stats import intervals, rates
 
 T0 = dt.datetime(2026, 10, 1, tzinfo=dt.UTC)
 START = T0
@@ -81,6 +81,19 @@ def test_wilson_interval_matches_known_values(successes, n, low, high):
     got_low, got_high = stats.wilson_interval(successes, n)
     assert round(got_low, 4) == low
     assert round(got_high, 4) == high
+
+
+@given(st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)), max_size=50))
+def test_wilson_intervals_of_many_pairs_are_the_same_floats_as_one_by_one(pairs):
+    """The daily tables compute every day's interval at once; a page must not differ in the
+    last digit from the one-day figure."""
+    pairs = [(min(successes, n), n) for successes, n in pairs]
+    successes = np.array([pair[0] for pair in pairs], dtype="int64")
+    n = np.array([pair[1] for pair in pairs], dtype="int64")
+    low, high = intervals.wilson_intervals(successes, n)
+    assert list(zip(low.tolist(), high.tolist(), strict=True)) == [
+        stats.wilson_interval(*pair) for pair in pairs
+    ]
 
 
 def test_wilson_for_no_data_is_the_whole_unit_interval_and_insufficient():
