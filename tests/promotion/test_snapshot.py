@@ -237,3 +237,24 @@ def test_an_admin_change_once_committed_is_refreshed_in_the_background(
     assert len(evaluations) == 2  # the refresh, with the exclusion
     view = promotion.current_gate(npu, NOW)
     assert len(evaluations) == 2 and not view.behind and len(view.gate.exclusions) == 1
+
+
+def test_a_bulk_load_bumps_each_backend_once_at_its_end(
+    npu, evaluations, frozen_clock, monkeypatch
+):
+    """`seed_demo` defers its thousands of bumps: one per backend and scope when it ends, and
+    what was kept before is not current after it."""
+    promotion.current_gate(npu, NOW)
+    written = []
+    set_token = revisions.cache.set
+    monkeypatch.setattr(
+        revisions.cache,
+        "set",
+        lambda key, *args, **kw: (written.append(key), set_token(key, *args, **kw)),
+    )
+    with revisions.deferred():
+        _fails_an_hour_ago(frozen_clock, npu)
+        _fails_an_hour_ago(frozen_clock, npu)
+        assert written == []
+    assert written == [f"crcr:revision:results:{npu.id}"]
+    assert promotion.current_gate(npu, NOW).behind

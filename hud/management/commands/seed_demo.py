@@ -5,7 +5,7 @@ import sys
 from django.core.management.base import BaseCommand
 
 from hud import promotion
-from hud.core import clock
+from hud.core import clock, revisions
 from hud.models import Downstream
 from hud.ops import demo
 
@@ -27,7 +27,8 @@ class Command(BaseCommand):
             # tqdm redraws one line with carriage returns; Django's OutputWrapper would end
             # every redraw with a newline.
             progress = None if no_progress else sys.stderr
-            demo.build(clock.now(), log=self.stdout.write, progress=progress)
+            with revisions.deferred():
+                demo.build(clock.now(), log=self.stdout.write, progress=progress)
             # The server's first views then find every backend's gate kept (the cache is
             # shared with it), as `run_periodic` keeps them afterwards.
             self.stdout.write(f"seed_demo: kept the gates of {promotion.refresh_gates()} backends")
