@@ -58,18 +58,34 @@ def console_errors(driver) -> list[str]:
     return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
 
 
+def _drawn(driver) -> bool:
+    return driver.execute_script(
+        "return document.readyState === 'complete' && "
+        "[...document.querySelectorAll('[data-figure]')]"
+        ".every(el => el.dataset.drawn === 'true')"
+    )
+
+
 def load(driver, url: str):
     """Open `url`, waiting until the document and any charts are drawn."""
     from selenium.webdriver.support.ui import WebDriverWait
 
     driver.get(url)
-    WebDriverWait(driver, 20).until(
-        lambda d: d.execute_script(
-            "return document.readyState === 'complete' && "
-            "[...document.querySelectorAll('[data-figure]')]"
-            ".every(el => el.dataset.drawn === 'true')"
-        )
-    )
+    WebDriverWait(driver, 20).until(_drawn)
+
+
+def follow(driver, act) -> None:
+    """Do `act` (a click, a submit) and wait until the page it leads to is drawn: the address
+    read before the browser has left the current page is still that page's."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    page = driver.find_element(By.TAG_NAME, "html")
+    act()
+    wait = WebDriverWait(driver, 30)
+    wait.until(expected_conditions.staleness_of(page))
+    wait.until(_drawn)
 
 
 def test_every_page_loads_with_demo_data_and_no_console_errors(browser, live_server, demo_data):
@@ -106,29 +122,26 @@ def test_reader_clicks_from_summary_to_backend_to_pr_and_commit(browser, live_se
     from selenium.webdriver.common.by import By
 
     load(browser, f"{live_server.url}/crcr")
-    browser.find_element(By.LINK_TEXT, "ascend/torch-npu").click()
-    load(browser, browser.current_url)
+    follow(browser, browser.find_element(By.LINK_TEXT, "ascend/torch-npu").click)
     assert urlparse(browser.current_url).path == "/crcr/ascend/torch-npu"
 
     pr_link = browser.find_element(By.CSS_SELECTOR, "#pr-matrix .rowhead a")
     number = pr_link.text.lstrip("#")
-    pr_link.click()
-    load(browser, browser.current_url)
+    follow(browser, pr_link.click)
     assert urlparse(browser.current_url).path == f"/crcr/pr/{number}"
     sections = browser.find_elements(By.CSS_SELECTOR, "section.backend-results")
     assert len(sections) >= 4
     assert browser.find_elements(By.CSS_SELECTOR, "span.status")
 
-    browser.find_element(
+    commit = browser.find_element(
         By.CSS_SELECTOR, "section.backend-results a[href^='/crcr/commit/']"
-    ).click()
-    load(browser, browser.current_url)
+    )
+    follow(browser, commit.click)
     assert urlparse(browser.current_url).path.startswith("/crcr/commit/")
 
     jump = browser.find_element(By.ID, "jump")
     jump.send_keys(number)
-    jump.submit()
-    load(browser, browser.current_url)
+    follow(browser, jump.submit)
     assert urlparse(browser.current_url).path == f"/crcr/pr/{number}"
     assert console_errors(browser) == []
 
@@ -241,23 +254,14 @@ def test_pr_page_answers_is_this_my_fault_in_its_first_screen(browser, live_serv
     assert [b.get_attribute("data-backend") for b in backends] == [L4, L2, "acc/green"]
     assert browser.find_element(By.ID, "check-runs-box").get_attribute("open") is None
 
-    lines[0].find_element(By.LINK_TEXT, "test_ops.TestOps::test_add").click()
-    load(browser, browser.current_url)
+    follow(browser, lines[0].find_element(By.LINK_TEXT, "test_ops.TestOps::test_add").click)
     assert urlparse(browser.current_url).path == f"/crcr/{L4}/tests/test_ops.TestOps::test_add"
     assert "test_ops.TestOps::test_add" in browser.find_element(By.TAG_NAME, "h1").text
 
 
 def click_and_wait(driver, element) -> None:
     """Click a link or submit button and wait until the next page has loaded."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    page = driver.find_element(By.TAG_NAME, "html")
-    element.click()
-    wait = WebDriverWait(driver, 30)
-    wait.until(expected_conditions.staleness_of(page))
-    wait.until(lambda d: d.execute_script("return document.readyState === 'complete'"))
+    follow(driver, element.click)
 
 
 def sign_in_as(driver, base: str, login: str, next_url: str) -> None:
