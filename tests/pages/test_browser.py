@@ -77,13 +77,16 @@ def load(driver, url: str):
 def follow(driver, act) -> None:
     """Do `act` (a click, a submit) and wait until the page it leads to is drawn: the address
     read before the browser has left the current page is still that page's."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     page = driver.find_element(By.TAG_NAME, "html")
     act()
-    wait = WebDriverWait(driver, 30)
+    # Mid-navigation Chromium may answer "Node with given id does not belong to the
+    # document" rather than "stale element": asked again, it says stale.
+    wait = WebDriverWait(driver, 30, ignored_exceptions=(WebDriverException,))
     wait.until(expected_conditions.staleness_of(page))
     wait.until(_drawn)
 
