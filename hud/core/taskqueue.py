@@ -17,7 +17,7 @@ from typing import Any
 
 from celery import current_app
 from django.conf import settings
-from django.db import close_old_connections, connections, transaction
+from django.db import close_old_connections, transaction
 
 from config.logging_context import REQUEST_ID_TASK_HEADER, current_request_id, request_id_var
 
@@ -58,9 +58,7 @@ def _run_in_process(task: Any, args: tuple, request_id: str | None = None) -> No
         logger.exception("in-process task failed", extra={"task": task.name})
     finally:
         request_id_var.set(None)
-        # A pool thread keeps no connection between tasks: on a server database one kept
-        # for CONN_MAX_AGE would idle in every thread, and hold a test database open.
-        connections.close_all()
+        close_old_connections()
 
 
 def _send_to_broker(task: Any, args: tuple, request_id: str | None = None) -> None:

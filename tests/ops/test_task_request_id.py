@@ -6,7 +6,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from celery import shared_task
-from django.db import connection
 
 from config.logging_context import (
     REQUEST_ID_TASK_HEADER,
@@ -129,21 +128,3 @@ def test_a_webhook_request_id_reaches_the_dispatch_task_it_enqueues(
     assert sent and all(
         options["headers"] == {REQUEST_ID_TASK_HEADER: "edge-webhook-9"} for options in sent
     )
-
-
-@shared_task(name="tests.connection_probe")
-def queries_the_database() -> None:
-    """Open this thread's database connection, as every real task does."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
-
-
-def test_a_pool_thread_keeps_no_database_connection_between_tasks(
-    settings, pool, django_capture_on_commit_callbacks
-):
-    """One kept for CONN_MAX_AGE would idle in every pool thread (and hold a test database
-    open at teardown)."""
-    settings.CELERY_BROKER_URL = None
-    with django_capture_on_commit_callbacks(execute=True):
-        taskqueue.enqueue(queries_the_database)
-    assert pool.submit(lambda: connection.connection is None).result(timeout=30)

@@ -1,9 +1,11 @@
 """Pytest plugin: tasks handed to the in-process pool run at once, in the test's thread."""
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from django.db import connections
 
 from hud.core import taskqueue
 
@@ -26,3 +28,23 @@ def inline_tasks(monkeypatch: pytest.MonkeyPatch, settings: Any) -> InlineTasks:
     inline = InlineTasks()
     monkeypatch.setattr(taskqueue, "_in_process_pool", lambda: inline)
     return inline
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _pool_threads_let_go_of_the_test_database(django_db_setup):
+    """Before the test database is dropped, every thread of the real in-process pool closes
+    its connection (kept for CONN_MAX_AGE on PostgreSQL, as in production), which the drop
+    would otherwise wait for and warn about."""
+    yield
+    pool = taskqueue._pool
+    if pool is None:
+        return
+    # Each waits for all the others, so every one of the pool's threads closes its own.
+    barrier = threading.Barrier(pool._max_workers, timeout=20)
+
+    def close() -> None:
+        connections.close_all()
+        barrier.wait()
+
+    for done in [pool.submit(close) for _ in range(pool._max_workers)]:
+        done.result(timeout=30)
