@@ -93,11 +93,17 @@ def refresh(downstream_id: int) -> None:
 def refresh_all() -> int:
     """Evaluate and keep the gate of every listed backend (a periodic job): with it running
     more often than the age bound, a page finds its gate kept, not only after its first view.
-    Returns how many were evaluated."""
-    listed = list(Downstream.objects.filter(delisted=False).order_by("id"))
-    for downstream in listed:
-        _evaluate_and_keep(downstream, clock.now())
-    return len(listed)
+    A backend whose evaluation fails is logged and left to its next view (which shows the
+    error page as before); the others are still kept. Returns how many were kept."""
+    kept = 0
+    for downstream in Downstream.objects.filter(delisted=False).order_by("id"):
+        try:
+            _evaluate_and_keep(downstream, clock.now())
+        except Exception:
+            logger.exception("gate refresh failed", extra={"downstream": downstream.full_name})
+            continue
+        kept += 1
+    return kept
 
 
 def settings_changed(downstream_id: int, using: str | None = None) -> None:
