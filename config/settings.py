@@ -293,6 +293,13 @@ CRCR_GATE_POLICY = env("CRCR_GATE_POLICY")
 # How long a backend page may show a kept gate evaluation when no write of the backend changed
 # it (hud.promotion.snapshot): the bound on window sliding and other backends' corroboration.
 CRCR_GATE_SNAPSHOT_SECONDS = int(env("CRCR_GATE_SNAPSHOT_SECONDS", "300"))
+# How long after a view finds the kept gate behind its results its background refresh starts:
+# the viewer is answered before it runs, and one refresh counts a whole burst of results.
+# Tests refresh at once (a timer firing after a test would reach a database being dropped);
+# tests/promotion/test_snapshot.py sets it to check the delay.
+CRCR_GATE_REFRESH_DELAY_SECONDS = int(
+    env("CRCR_GATE_REFRESH_DELAY_SECONDS", "0" if TESTING else "5")
+)
 # Failure attribution: a file of infra signatures instead of hud/attribution/infra_signatures.yml.
 CRCR_INFRA_SIGNATURES = env("CRCR_INFRA_SIGNATURES")
 # The relay (webhook in, dispatches out). GitHub App keys may come from NAME_FILE (see env()).

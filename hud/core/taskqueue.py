@@ -3,8 +3,10 @@
 Services call `enqueue("crcr.mirror_job", job.id)`; they never import the task module
 (hud.tasks), which imports them. With CELERY_BROKER_URL set the task is sent to the broker
 after commit. Without a broker (the embedded default) it runs after commit on a small
-in-process thread pool, never inside the request that enqueued it. Tasks are looked up by
-name in Celery's registry, which hud.apps fills by importing hud.tasks when Django starts.
+in-process thread pool, never inside the request that enqueued it. A task may be held back a
+few seconds after the commit (`delay`): the broker's countdown, or a timer in-process. Tasks
+are looked up by name in Celery's registry, which hud.apps fills by importing hud.tasks when
+Django starts.
 """
 
 from __future__ import annotations
@@ -61,10 +63,15 @@ def _run_in_process(task: Any, args: tuple, request_id: str | None = None) -> No
         close_old_connections()
 
 
-def _send_to_broker(task: Any, args: tuple, request_id: str | None = None) -> None:
+def _send_to_broker(
+    task: Any, args: tuple, request_id: str | None = None, delay: float = 0
+) -> None:
+    # The enqueuing request's id rides along; config.celery binds it on the worker.
+    options: dict[str, Any] = {"args": args, "headers": {REQUEST_ID_TASK_HEADER: request_id}}
+    if delay:
+        options["countdown"] = delay
     try:
-        # The enqueuing request's id rides along; config.celery binds it on the worker.
-        task_named(task).apply_async(args=args, headers={REQUEST_ID_TASK_HEADER: request_id})
+        task_named(task).apply_async(**options)
     except Exception:
         # The broker is down (Redis stopped). The work is already committed and the periodic
         # reconcilers re-send it; raising here would turn a stored callback into a 500.
@@ -74,8 +81,16 @@ def _send_to_broker(task: Any, args: tuple, request_id: str | None = None) -> No
         )
 
 
-def enqueue(task: str | Any, *args: Any) -> None:
-    """Run the task named `task` with `args` after the current transaction commits.
+def _later(seconds: float, work: Any) -> None:
+    """Call `work()` on a timer thread once `seconds` have passed (it never holds up an exit)."""
+    timer = threading.Timer(seconds, work)
+    timer.daemon = True
+    timer.start()
+
+
+def enqueue(task: str | Any, *args: Any, delay: float = 0) -> None:
+    """Run the task named `task` with `args` after the current transaction commits, and at
+    least `delay` seconds after it when given.
 
     `task` is a stable task name ("crcr.mirror_job"); a task object works too. A broker that
     refuses the message is logged, never raised: the request that committed the work still
@@ -83,7 +98,11 @@ def enqueue(task: str | Any, *args: Any) -> None:
     """
     request_id = current_request_id()  # the task's log lines carry the enqueuing request's id
     if settings.CELERY_BROKER_URL:
-        transaction.on_commit(lambda: _send_to_broker(task, args, request_id))
-    else:
-        runner = functools.partial(_run_in_process, request_id=request_id)
-        transaction.on_commit(lambda: _in_process_pool().submit(runner, task_named(task), args))
+        transaction.on_commit(lambda: _send_to_broker(task, args, request_id, delay))
+        return
+    runner = functools.partial(_run_in_process, request_id=request_id)
+
+    def hand_over() -> None:
+        _in_process_pool().submit(runner, task_named(task), args)
+
+    transaction.on_commit(lambda: _later(delay, hand_over) if delay else hand_over())

@@ -154,8 +154,12 @@ def _evaluate_and_keep(downstream: Downstream, now: dt.datetime) -> BackendGate:
 
 def _schedule_refresh(downstream_id: int) -> None:
     # At most one refresh waits per backend; the lock also lapses, should the task be lost.
-    if cache.add(_REFRESHING.format(downstream_id), 1, timeout=_REFRESH_LOCK_SECONDS):
-        taskqueue.enqueue("crcr.refresh_gate", downstream_id)
+    # It waits CRCR_GATE_REFRESH_DELAY_SECONDS: the reader that scheduled it is answered
+    # first, and the rest of a burst of results (a workflow's jobs end together) is counted
+    # by the same evaluation instead of each scheduling its own.
+    delay = settings.CRCR_GATE_REFRESH_DELAY_SECONDS
+    if cache.add(_REFRESHING.format(downstream_id), 1, timeout=_REFRESH_LOCK_SECONDS + delay):
+        taskqueue.enqueue("crcr.refresh_gate", downstream_id, delay=delay)
 
 
 def _bump_for(sender: Any, instance: Any, **kwargs: Any) -> None:

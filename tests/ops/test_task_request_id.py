@@ -1,7 +1,10 @@
-"""The request id follows work handed to Celery: onto the task's log lines, in-process or not."""
+"""The request id follows work handed to Celery: onto the task's log lines, in-process or not; a
+delayed task waits for its timer (in-process) or its countdown (the broker)."""
 
 import json
 import logging
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -79,6 +82,43 @@ def test_the_broker_message_carries_the_request_id_header(
     with django_capture_on_commit_callbacks(execute=True):
         taskqueue.enqueue(probe, "x")
     assert sent == [{"args": ("x",), "headers": {REQUEST_ID_TASK_HEADER: "req-broker-7"}}]
+
+
+def test_a_delayed_task_reaches_the_pool_only_when_its_timer_fires(
+    settings, pool, monkeypatch, django_capture_on_commit_callbacks
+):
+    settings.CELERY_BROKER_URL = None
+    timers: list[tuple[float, object]] = []
+    monkeypatch.setattr(taskqueue, "_later", lambda seconds, work: timers.append((seconds, work)))
+    with django_capture_on_commit_callbacks(execute=True):
+        taskqueue.enqueue(probe, "later", delay=5)
+    assert [seconds for seconds, _ in timers] == [5]
+    pool.shutdown(wait=True)
+    assert seen == []  # committed, but held back
+    monkeypatch.setattr(taskqueue, "_pool", ThreadPoolExecutor(max_workers=1))
+    timers[0][1]()  # the timer fires
+    taskqueue._pool.shutdown(wait=True)
+    assert seen == [None]
+
+
+def test_the_timer_thread_hands_the_task_over_after_the_delay(settings, pool):
+    settings.CELERY_BROKER_URL = None
+    fired = threading.Event()
+    began = time.monotonic()
+    taskqueue._later(0.05, fired.set)
+    assert fired.wait(timeout=10)
+    assert time.monotonic() - began >= 0.05
+
+
+def test_a_delayed_broker_message_carries_the_countdown(
+    settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"
+    sent: list[dict] = []
+    monkeypatch.setattr(probe, "apply_async", lambda **options: sent.append(options))
+    with django_capture_on_commit_callbacks(execute=True):
+        taskqueue.enqueue(probe, "x", delay=5)
+    assert sent == [{"args": ("x",), "headers": {REQUEST_ID_TASK_HEADER: None}, "countdown": 5}]
 
 
 def test_a_worker_binds_the_header_for_the_task_and_forgets_it_after(json_lines):  # noqa: F811

@@ -76,6 +76,19 @@ def test_a_stored_result_is_shown_behind_until_the_refresh_counts_it(
     assert len(evaluations) == 2
 
 
+def test_the_refresh_waits_the_configured_delay_after_the_view_that_scheduled_it(
+    npu, evaluations, frozen_clock, inline_tasks, settings, django_capture_on_commit_callbacks
+):
+    settings.CRCR_GATE_REFRESH_DELAY_SECONDS = 7
+    promotion.current_gate(npu, NOW)
+    _fails_an_hour_ago(frozen_clock, npu)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert promotion.current_gate(npu, NOW).behind
+    assert inline_tasks.delays == [7]
+    assert [name for name, _, _ in inline_tasks.ran] == ["crcr.refresh_gate"]
+    assert not promotion.current_gate(npu, NOW).behind
+
+
 def test_a_result_of_another_backend_keeps_this_ones_evaluation(npu, evaluations):
     other = backend("org/tpu", Level.L2)
     promotion.current_gate(npu, NOW)

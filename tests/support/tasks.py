@@ -1,4 +1,5 @@
-"""Pytest plugin: tasks handed to the in-process pool run at once, in the test's thread."""
+"""Pytest plugin: tasks handed to the in-process pool run at once, in the test's thread (a
+delayed one too: its delay is recorded, not waited for)."""
 
 import threading
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ class InlineTasks:
     """Stands in for the in-process pool: runs each handed task at once, in this thread."""
 
     ran: list[tuple[str, tuple, Any]] = field(default_factory=list)
+    delays: list[float] = field(default_factory=list)  # what each delayed hand-over asked for
 
     def submit(self, runner: Any, task: Any, args: tuple) -> None:
         """Run `task(*args)` now and record what it returned."""
@@ -27,6 +29,12 @@ def inline_tasks(monkeypatch: pytest.MonkeyPatch, settings: Any) -> InlineTasks:
     settings.CELERY_BROKER_URL = None
     inline = InlineTasks()
     monkeypatch.setattr(taskqueue, "_in_process_pool", lambda: inline)
+
+    def at_once(seconds: float, work: Any) -> None:
+        inline.delays.append(seconds)
+        work()
+
+    monkeypatch.setattr(taskqueue, "_later", at_once)
     return inline
 
 
