@@ -158,8 +158,8 @@ def design_effect(hits: np.ndarray, sizes: np.ndarray) -> tuple[float, int] | No
 
 
 def day_clustered_proportion(
-    times: pd.Series,
-    hits: pd.Series,
+    times: pd.Series | np.ndarray,
+    hits: pd.Series | np.ndarray,
     start: dt.datetime,
     end: dt.datetime,
     *,
@@ -168,26 +168,39 @@ def day_clustered_proportion(
 ) -> Estimate:
     """Share of `hits` among the units placed in [start, end), with a day-clustered interval.
 
-    The spread is estimated over UTC days on the `SPREAD_LOOKBACK` days ending at `end`, so
-    `times` and `hits` should reach back that far (`clustered_proportion` gives the interval).
+    `times` (UTC) and `hits` (booleans) go position by position. The spread is estimated over
+    UTC days on the `SPREAD_LOOKBACK` days ending at `end`, so `times` and `hits` should reach
+    back that far (`clustered_proportion` gives the interval). Computed on integer nanoseconds:
+    every rate of every page and gate passes here, and pandas' per-call cost was most of it.
     """
-    in_window = _in_window(times, start, end)
-    lookback_start = min(pd.Timestamp(start), pd.Timestamp(end) - SPREAD_LOOKBACK)
-    in_lookback = _in_window(times, lookback_start, end)
-    per_day = (
-        hits[in_lookback]
-        .astype("int64")
-        .groupby(times[in_lookback].dt.floor("D"))
-        .agg(["sum", "size"])
-    )
+    ns = _epoch_ns(times)
+    hit = np.asarray(hits, dtype=bool)
+    end_ns = pd.Timestamp(end).value
+    start_ns = pd.Timestamp(start).value
+    lookback_ns = min(start_ns, (pd.Timestamp(end) - SPREAD_LOOKBACK).value)
+    in_window = (ns >= start_ns) & (ns < end_ns)
+    in_lookback = (ns >= lookback_ns) & (ns < end_ns)
+    # UTC days (floor division floors before 1970 too), ascending as a groupby would give them.
+    _, day = np.unique(ns[in_lookback] // _DAY_NS, return_inverse=True)
     return clustered_proportion(
-        int(hits[in_window].sum()),
-        int(in_window.sum()),
-        per_day["sum"].to_numpy(),
-        per_day["size"].to_numpy(),
+        int(np.count_nonzero(hit & in_window)),
+        int(np.count_nonzero(in_window)),
+        np.bincount(day, weights=hit[in_lookback]).astype(np.int64),
+        np.bincount(day).astype(np.int64),
         min_n=min_n,
         note=note,
     )
+
+
+_DAY_NS = 86_400 * 10**9
+
+
+def _epoch_ns(times: pd.Series | np.ndarray) -> np.ndarray:
+    """Nanoseconds since the epoch of UTC times (a tz-aware Series' values are UTC)."""
+    values = times.values if isinstance(times, pd.Series) else np.asarray(times)
+    if values.dtype.kind != "M":  # Timestamps as objects, or an empty object column
+        values = pd.to_datetime(values, utc=True).values
+    return values.astype("datetime64[ns]", copy=False).view(np.int64)
 
 
 def clustered_proportion(

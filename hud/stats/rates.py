@@ -58,9 +58,15 @@ def _share_of_counted(
     note: str = "",
 ) -> Estimate:
     """Share of `outcome` among the counted logical jobs placed (by `when`) in the window."""
-    counted = jobs[jobs["outcome"].isin(COUNTED)]
+    outcomes = jobs["outcome"].to_numpy()
+    counted = np.isin(outcomes, COUNTED)
     return day_clustered_proportion(
-        counted[when], counted["outcome"] == outcome, start, end, min_n=min_n, note=note
+        jobs[when].values[counted],  # datetime64 (to_numpy() would give Timestamps)
+        outcomes[counted] == outcome,
+        start,
+        end,
+        min_n=min_n,
+        note=note,
     )
 
 

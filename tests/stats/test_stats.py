@@ -96,6 +96,50 @@ def test_wilson_intervals_of_many_pairs_are_the_same_floats_as_one_by_one(pairs)
     ]
 
 
+def _pandas_day_clustered(times, hits, start, end, min_n):
+    """The definition, as pandas states it: window counts and per-UTC-day sums and sizes."""
+    in_window = (times >= pd.Timestamp(start)) & (times < pd.Timestamp(end))
+    lookback = min(pd.Timestamp(start), pd.Timestamp(end) - intervals.SPREAD_LOOKBACK)
+    in_lookback = (times >= lookback) & (times < pd.Timestamp(end))
+    per_day = (
+        hits[in_lookback]
+        .astype("int64")
+        .groupby(times[in_lookback].dt.floor("D"))
+        .agg(["sum", "size"])
+    )
+    return stats.clustered_proportion(
+        int(hits[in_window].sum()),
+        int(in_window.sum()),
+        per_day["sum"].to_numpy(),
+        per_day["size"].to_numpy(),
+        min_n=min_n,
+    )
+
+
+@given(
+    st.lists(st.tuples(st.integers(-3 * 86_400, 40 * 86_400), st.booleans()), max_size=200),
+    st.integers(0, 30),
+    st.integers(1, 30),
+    st.integers(0, 40),
+)
+def test_day_clustered_proportion_is_the_pandas_definition_to_the_last_bit(
+    units, start_day, days, min_n
+):
+    """The integer-nanosecond path every rate takes equals the per-day groupby it replaced,
+    across midnights, the spread's look-back edge, times before the window and none at all."""
+    seconds = [unit[0] for unit in units]
+    times = pd.Series(pd.to_datetime([T0 + dt.timedelta(seconds=s) for s in seconds], utc=True))
+    hits = pd.Series([unit[1] for unit in units], dtype=bool)
+    start = T0 + dt.timedelta(days=start_day, hours=7)
+    end = start + dt.timedelta(days=days)
+    expected = _pandas_day_clustered(times, hits, start, end, min_n)
+    assert stats.day_clustered_proportion(times, hits, start, end, min_n=min_n) == expected
+    assert (
+        stats.day_clustered_proportion(times.values, hits.to_numpy(), start, end, min_n=min_n)
+        == expected
+    )
+
+
 def test_wilson_for_no_data_is_the_whole_unit_interval_and_insufficient():
     assert stats.wilson_interval(0, 0) == (0.0, 1.0)
     estimate = stats.proportion(0, 0)
