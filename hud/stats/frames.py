@@ -114,6 +114,25 @@ def _in_window(times: pd.Series, start: dt.datetime, end: dt.datetime) -> pd.Ser
     return (times >= pd.Timestamp(start)) & (times < pd.Timestamp(end))
 
 
+def _runs_start(columns: Iterable[np.ndarray]) -> np.ndarray:
+    """Where a run of rows equal in every one of `columns` (sorted so) begins; the first row
+    always does."""
+    columns = list(columns)
+    starts = np.zeros(len(columns[0]), dtype=bool)
+    starts[:1] = True
+    for values in columns:
+        starts[1:] |= values[1:] != values[:-1]
+    return starts
+
+
+def _runs_end(starts: np.ndarray) -> np.ndarray:
+    """Where each run ends, from where runs start: before the next start, and the last row."""
+    ends = np.zeros_like(starts)
+    ends[:-1] = starts[1:]
+    ends[-1:] = True
+    return ends
+
+
 def _with_attempt_info(rows: pd.DataFrame) -> pd.DataFrame:
     """Clean rows by logical job then attempt order, with what each row's attempt amounts to.
 
@@ -121,21 +140,30 @@ def _with_attempt_info(rows: pd.DataFrame) -> pd.DataFrame:
     "Legs vs attempts"): they share `attempt_index`; `attempts` counts attempts, not legs;
     `attempt_severity` is the worst leg's `LEG_SEVERITY` and `attempt_open` whether any leg of
     the attempt is still in progress.
+
+    Sorted so, each logical job and each attempt is a run of consecutive rows: they are numbered
+    and reduced with numpy (grouping by five text columns was most of a gate's preparation).
     """
     rows = rows.sort_values([*LOGICAL_JOB_KEY, *ATTEMPT_ORDER], kind="mergesort")
-    starts_attempt = (rows[ATTEMPT_KEY] != rows[ATTEMPT_KEY].shift()).any(axis=1).astype(int)
-    by_job = [rows[column] for column in LOGICAL_JOB_KEY]
-    attempt_index = starts_attempt.groupby(by_job, sort=False).cumsum() - 1
-    legs = rows.assign(
-        severity=rows["conclusion"].map(LEG_SEVERITY).fillna(0).astype(int),
-        open=rows["status"] != "completed",
-    ).groupby([rows[column] for column in ATTEMPT_KEY], sort=False)
+    job_starts = _runs_start(rows[column].to_numpy() for column in LOGICAL_JOB_KEY)
+    # ATTEMPT_KEY is the logical job and (run_id, run_attempt).
+    attempt_starts = job_starts | _runs_start(rows[c].to_numpy() for c in ("run_id", "run_attempt"))
+    job = np.cumsum(job_starts) - 1  # per row: its logical job's number
+    attempt = np.cumsum(attempt_starts) - 1  # per row: its attempt's number, over all jobs
+    first_attempt = attempt[job_starts]  # per job
+    last_row = np.flatnonzero(_runs_end(job_starts))  # per job
+    attempt_rows = np.flatnonzero(attempt_starts)
+    severity = rows["conclusion"].map(LEG_SEVERITY).fillna(0).astype(int).to_numpy()
+    still_open = (rows["status"] != "completed").to_numpy()
+    if len(rows):
+        severity = np.maximum.reduceat(severity, attempt_rows)[attempt]
+        still_open = np.logical_or.reduceat(still_open, attempt_rows)[attempt]
     return rows.assign(
-        attempt_index=attempt_index,
-        attempts=attempt_index.groupby(by_job, sort=False).transform("max") + 1,
-        latest_placed_at=rows.groupby(by_job, sort=False)["placed_at"].transform("last"),
-        attempt_severity=legs["severity"].transform("max"),
-        attempt_open=legs["open"].transform("any"),
+        attempt_index=attempt - first_attempt[job],
+        attempts=(attempt[last_row] - first_attempt + 1)[job],
+        latest_placed_at=rows["placed_at"].array.take(last_row[job]),
+        attempt_severity=severity,
+        attempt_open=still_open,
     )
 
 
@@ -144,21 +172,19 @@ def _attempt_outcome(legs: pd.DataFrame) -> pd.DataFrame:
 
     An attempt's conclusion is the worst of its legs (failure > timed_out > cancelled > success),
     and it is complete only when every leg that reported is, so a passing leg that reports last
-    never hides a failing one.
+    never hides a failing one. `legs` come in `_with_attempt_info`'s order, and so do the rows
+    returned.
     """
-    rows = legs.assign(severity=legs["conclusion"].map(LEG_SEVERITY).fillna(0))
-    worst = (
-        rows.sort_values([*LOGICAL_JOB_KEY, "severity", "id"], kind="mergesort")
-        .groupby(LOGICAL_JOB_KEY, sort=False, dropna=False)
-        .tail(1)
-        .drop(columns="severity")
-    )
+    job = np.cumsum(_runs_start(legs[column].to_numpy() for column in LOGICAL_JOB_KEY)) - 1
+    severity = legs["conclusion"].map(LEG_SEVERITY).fillna(0).to_numpy()
+    # By job, then severity, then id: each job's last row is its worst leg (the latest id).
+    order = np.lexsort((legs["id"].to_numpy(), severity, job))
+    worst = legs.iloc[order[_runs_end(_runs_start([job[order]]))]]
     still_open = worst["attempt_open"].to_numpy()
-    worst = worst.assign(
+    return worst.assign(
         status=np.where(still_open, "in_progress", worst["status"]),
         conclusion=np.where(still_open, "", worst["conclusion"]),
     )
-    return worst.sort_values([*LOGICAL_JOB_KEY, *ATTEMPT_ORDER], kind="mergesort")
 
 
 @dataclass(frozen=True, eq=False)

@@ -18,8 +18,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hud.stats.frames import _in_window
-
 # Two-sided 95%: the 0.975 quantile of the standard normal.
 Z95 = 1.959963984540054
 DEFAULT_MIN_N = 10

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hud import stats
-from hud.stats import intervals, rates
+from hud.stats import frames, intervals, rates
 
 T0 = dt.datetime(2026, 10, 1, tzinfo=dt.UTC)
 START = T0
@@ -550,3 +550,57 @@ def test_daily_counts_add_up_to_the_window(df):
     counts = stats.outcome_counts(df, START, END)
     assert series["n"].sum() == counts.counted
     assert series["successes"].sum() == counts.successes
+
+
+def _grouped_attempt_info(rows):
+    """The attempt columns as pandas' groupby states them (the definition `prepare` keeps)."""
+    rows = rows.sort_values([*stats.LOGICAL_JOB_KEY, *stats.ATTEMPT_ORDER], kind="mergesort")
+    key = frames.ATTEMPT_KEY
+    starts = (rows[key] != rows[key].shift()).any(axis=1).astype(int)
+    by_job = [rows[column] for column in stats.LOGICAL_JOB_KEY]
+    index = starts.groupby(by_job, sort=False).cumsum() - 1
+    legs = rows.assign(
+        severity=rows["conclusion"].map(frames.LEG_SEVERITY).fillna(0).astype(int),
+        open=rows["status"] != "completed",
+    ).groupby([rows[column] for column in key], sort=False)
+    return rows.assign(
+        attempt_index=index,
+        attempts=index.groupby(by_job, sort=False).transform("max") + 1,
+        latest_placed_at=rows.groupby(by_job, sort=False)["placed_at"].transform("last"),
+        attempt_severity=legs["severity"].transform("max"),
+        attempt_open=legs["open"].transform("any"),
+    )
+
+
+def _grouped_worst_legs(legs):
+    """One row per logical job, its worst leg (then latest id), as a groupby states it."""
+    ranked = legs.assign(severity=legs["conclusion"].map(frames.LEG_SEVERITY).fillna(0))
+    worst = (
+        ranked.sort_values([*stats.LOGICAL_JOB_KEY, "severity", "id"], kind="mergesort")
+        .groupby(stats.LOGICAL_JOB_KEY, sort=False)
+        .tail(1)
+        .drop(columns="severity")
+    )
+    still_open = worst["attempt_open"].to_numpy()
+    worst = worst.assign(
+        status=np.where(still_open, "in_progress", worst["status"]),
+        conclusion=np.where(still_open, "", worst["conclusion"]),
+    )
+    return worst.sort_values([*stats.LOGICAL_JOB_KEY, *stats.ATTEMPT_ORDER], kind="mergesort")
+
+
+@given(df=job_frames(), seed=st.integers(0, 2**32 - 1))
+def test_attempts_latest_and_first_are_what_grouping_by_logical_job_gives(df, seed):
+    """`prepare` numbers attempts and picks worst legs on runs of sorted rows with numpy; the
+    frames equal, value for value and dtype for dtype, what pandas' groupby gives."""
+    prepared = stats.prepare(df.sample(frac=1.0, random_state=seed))
+    attempts = _grouped_attempt_info(prepared.rows)
+    pd.testing.assert_frame_equal(prepared.attempts, attempts, check_exact=True)
+    for field, chosen in (
+        ("latest", attempts["attempt_index"] == attempts["attempts"] - 1),
+        ("first", attempts["attempt_index"] == 0),
+    ):
+        worst = _grouped_worst_legs(attempts[chosen])
+        got = getattr(prepared, field).drop(columns="outcome")
+        expected = worst.drop(columns=["attempt_index", "attempt_severity", "attempt_open"])
+        pd.testing.assert_frame_equal(got, expected.reset_index(drop=True), check_exact=True)
