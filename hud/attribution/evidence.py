@@ -169,6 +169,12 @@ def _cross_commit_rows(
         .distinct()
     ):
         test = failed_test_id(row["classname"], row["name"])
+        # Each judged job compares origins and signatures with every failure of its tests:
+        # derived once here, not once per judged job.
+        row["origin"] = origin_of(
+            row["job__pr_number"], row["job__event_type"], row["job__head_sha"]
+        )
+        row["signature"] = failure_signature(row["message"])
         failures[(row["job__downstream_id"], test)].append(row)
     runs: dict[tuple[int, str, str], list[dict]] = defaultdict(list)
     for row in (
@@ -183,6 +189,7 @@ def _cross_commit_rows(
             failed=Count("id", filter=Q(conclusion=Job.Conclusion.FAILURE)),
         )
     ):
+        row["origin"] = origin_of(row["pr_number"], row["event_type"], row["head_sha"])
         runs[(row["downstream_id"], row["workflow_name"], row["job_name"])].append(row)
     return failures, runs
 
@@ -443,14 +450,10 @@ def _cross_commit(row: dict, loaded: _Loaded, policy: AttributionPolicy) -> dict
         )
         if start <= run["last"] < end
     ]
-    ran = {origin_of(r["pr_number"], r["event_type"], r["head_sha"]) for r in runs} - {mine}
-    job_failed = {
-        origin_of(r["pr_number"], r["event_type"], r["head_sha"]) for r in runs if r["failed"]
-    } - {mine}
+    ran = {r["origin"] for r in runs} - {mine}
+    job_failed = {r["origin"] for r in runs if r["failed"]} - {mine}
     job_reproduced = sum(
-        r["failed"] - (r["head_sha"] == row["head_sha"])
-        for r in runs
-        if origin_of(r["pr_number"], r["event_type"], r["head_sha"]) == mine
+        r["failed"] - (r["head_sha"] == row["head_sha"]) for r in runs if r["origin"] == mine
     )
     tests = []
     signatures: dict[str, set[str]] = defaultdict(set)
@@ -463,21 +466,9 @@ def _cross_commit(row: dict, loaded: _Loaded, policy: AttributionPolicy) -> dict
             for f in loaded.test_failures.get((row["downstream_id"], test), [])
             if start <= f["job__placed_at"] < end
         ]
-        elsewhere = {
-            origin_of(f["job__pr_number"], f["job__event_type"], f["job__head_sha"])
-            for f in failures
-        } - {mine}
-        reproduced = sum(
-            1
-            for f in failures
-            if f["job_id"] != row["id"]
-            and origin_of(f["job__pr_number"], f["job__event_type"], f["job__head_sha"]) == mine
-        )
-        same_way = {
-            origin_of(f["job__pr_number"], f["job__event_type"], f["job__head_sha"])
-            for f in failures
-            if failure_signature(f["message"]) in signatures[test]
-        } - {mine}
+        elsewhere = {f["origin"] for f in failures} - {mine}
+        reproduced = sum(1 for f in failures if f["job_id"] != row["id"] and f["origin"] == mine)
+        same_way = {f["origin"] for f in failures if f["signature"] in signatures[test]} - {mine}
         runs_elsewhere = len(ran | elsewhere)
         tests.append(
             {
