@@ -122,14 +122,19 @@ def _attempt_frame(
     return stats.coerce_jobs_frame(frame.rename(columns={"downstream__full_name": "downstream"}))
 
 
+def _key_tuples(frame: pd.DataFrame) -> Iterable[tuple]:
+    return zip(*(frame[column].to_numpy() for column in KEY), strict=True)
+
+
 def _keys(frame: pd.DataFrame) -> set[tuple]:
-    return set(frame[KEY].itertuples(index=False, name=None))
+    return set(_key_tuples(frame))
 
 
 def _has_key(frame: pd.DataFrame, keys: set[tuple]) -> pd.Series:
+    # A set look-up per row: a MultiIndex of the frame cost more than the rows it tests.
     if not keys or frame.empty:
         return pd.Series(False, index=frame.index)
-    return pd.Series(pd.MultiIndex.from_frame(frame[KEY]).isin(list(keys)), index=frame.index)
+    return pd.Series([key in keys for key in _key_tuples(frame)], index=frame.index, dtype=bool)
 
 
 def _excluded_keys(span: Q, exclusions: Iterable[GateExclusion]) -> tuple[set[tuple], list[int]]:
