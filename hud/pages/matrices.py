@@ -157,10 +157,13 @@ def matrix(
     jobs = selectors.latest_attempt_rows(shown["id"].astype(int).tolist())
     details = selectors.pr_details(heads["pr_number"].astype(int).tolist())
     by_row: dict[tuple, dict[tuple[str, str], MatrixCell]] = {}
-    for record in shown.itertuples(index=False):
-        key = (record.event_type, int(record.pr_number), record.head_sha)
-        cell = MatrixCell(jobs[int(record.id)], record.display, int(record.attempts))
-        by_row.setdefault(key, {})[(record.workflow_name, record.job_name)] = cell
+    # The columns a cell needs, zipped: itertuples of the whole frame boxed every column.
+    fields = ("event_type", "pr_number", "head_sha", "workflow_name", "job_name", "id")
+    for event, pr, sha, workflow, job, job_id, display, attempts in zip(
+        *(shown[column].tolist() for column in (*fields, "display", "attempts")), strict=True
+    ):
+        cell = MatrixCell(jobs[job_id], display, attempts)
+        by_row.setdefault((event, pr, sha), {})[(workflow, job)] = cell
     rows = []
     for head in heads.itertuples(index=False):
         key = (head.event_type, int(head.pr_number), head.head_sha)
