@@ -6,6 +6,7 @@ dismiss) by its deadline.
 """
 
 import datetime as dt
+import logging
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -16,6 +17,8 @@ from hud.core import clock
 from hud.levels.roles import User, require_admin
 from hud.models import DemotionWarning, Downstream, GateEvaluation, Level, LevelChange
 from hud.promotion.evaluation import BackendGate, evaluate_backend, gate_policy, level_since
+
+logger = logging.getLogger(__name__)
 
 
 def last_finished_day(now: dt.datetime) -> dt.date:
@@ -35,22 +38,35 @@ def daily_evaluation(through: dt.date | None = None) -> dict[str, int]:
     `as_of` would be in the future). A backend's missing days since its latest stored
     evaluation are back-filled in order, so each day's streak reads the days before it; a
     backend never evaluated starts at `through`. Idempotent per (backend, day).
+
+    A backend whose evaluation fails is logged and stops at that day (`failed` counts them):
+    the next run back-fills it from its last stored day, and the other backends are still
+    evaluated. Raised, it ended `run_periodic --loop`, and the sweeper with it.
     """
     last = last_finished_day(clock.now())
     through = through or last
     if through > last:
         raise ValueError(f"{through} has not ended yet: the last finished UTC day is {last}")
     policy = gate_policy()
-    made = warned = 0
+    made = warned = failed = 0
     for downstream in Downstream.objects.filter(delisted=False, level__gte=Level.L2):
         latest = downstream.evaluations.aggregate(latest=Max("day"))["latest"]
         day = through if latest is None else latest + dt.timedelta(days=1)
         while day <= through:
-            outcome = _evaluate_day(downstream, day, policy)
+            try:
+                with transaction.atomic():  # a failure takes back its own day's writes only
+                    outcome = _evaluate_day(downstream, day, policy)
+            except Exception:
+                logger.exception(
+                    "daily evaluation failed",
+                    extra={"downstream": downstream.full_name, "day": day.isoformat()},
+                )
+                failed += 1
+                break
             made += outcome is not None
             warned += bool(outcome)
             day += dt.timedelta(days=1)
-    return {"evaluated": made, "warnings": warned}
+    return {"evaluated": made, "warnings": warned, "failed": failed}
 
 
 def _evaluate_day(downstream: Downstream, day: dt.date, policy: gates.Policy) -> int | None:

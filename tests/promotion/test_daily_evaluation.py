@@ -54,7 +54,7 @@ def test_daily_evaluation_stores_one_evaluation_per_l2_plus_backend_and_is_idemp
     gone.delisted = True
     gone.save()
 
-    assert _run(frozen_clock, THU) == {"evaluated": 3, "warnings": 0}
+    assert _run(frozen_clock, THU) == {"evaluated": 3, "warnings": 0, "failed": 0}
     evaluations = GateEvaluation.objects.filter(day=THU)
     assert sorted(e.downstream.full_name for e in evaluations) == [
         "org/healthy",
@@ -66,7 +66,7 @@ def test_daily_evaluation_stores_one_evaluation_per_l2_plus_backend_and_is_idemp
 
     stored = list(GateEvaluation.objects.values_list("id", "created_at"))
     frozen_clock.advance(hours=3)
-    assert promotion.daily_evaluation(THU) == {"evaluated": 0, "warnings": 0}
+    assert promotion.daily_evaluation(THU) == {"evaluated": 0, "warnings": 0, "failed": 0}
     assert list(GateEvaluation.objects.values_list("id", "created_at")) == stored
 
 
@@ -84,13 +84,36 @@ def test_evaluation_detail_is_the_gate_as_of_the_end_of_the_day(frozen_clock, si
 @pytest.mark.parametrize("time", [dt.time(0, 30), dt.time(1, 30), dt.time(13), dt.time(23, 59)])
 def test_default_day_is_the_last_finished_day_whatever_the_hour(frozen_clock, silent, time):
     frozen_clock.set(dt.datetime.combine(FRI, time, tzinfo=UTC))
-    assert promotion.daily_evaluation() == {"evaluated": 1, "warnings": 0}
+    assert promotion.daily_evaluation() == {"evaluated": 1, "warnings": 0, "failed": 0}
     stored = GateEvaluation.objects.get()
     assert stored.day == THU
     assert stored.detail["as_of"] == "2026-11-06T00:00:00+00:00"
     # Later runs the same day find nothing left to do.
     frozen_clock.advance(seconds=30)
-    assert promotion.daily_evaluation() == {"evaluated": 0, "warnings": 0}
+    assert promotion.daily_evaluation() == {"evaluated": 0, "warnings": 0, "failed": 0}
+
+
+def test_a_backend_whose_evaluation_fails_is_logged_and_the_others_are_still_evaluated(
+    frozen_clock, silent, healthy, monkeypatch, caplog
+):
+    from hud.promotion import daily
+
+    live = daily.evaluate_backend
+
+    def fails_for_silent(downstream, as_of=None, target_level=None):
+        if downstream.id == silent.id:
+            raise RuntimeError("bad row")
+        return live(downstream, as_of, target_level)
+
+    monkeypatch.setattr(daily, "evaluate_backend", fails_for_silent)
+    assert _run(frozen_clock, THU) == {"evaluated": 1, "warnings": 0, "failed": 1}
+    assert [e.downstream_id for e in GateEvaluation.objects.all()] == [healthy.id]
+    failures = [r for r in caplog.records if r.message == "daily evaluation failed"]
+    assert [(r.downstream, r.day) for r in failures] == [("org/silent", THU.isoformat())]
+    # Mended, the next run evaluates the day it missed.
+    monkeypatch.setattr(daily, "evaluate_backend", live)
+    assert _run(frozen_clock, THU) == {"evaluated": 1, "warnings": 0, "failed": 0}
+    assert GateEvaluation.objects.filter(downstream=silent, day=THU).exists()
 
 
 def test_a_day_that_has_not_ended_is_refused(frozen_clock, silent):
@@ -105,7 +128,7 @@ def test_missing_days_are_back_filled_in_order_and_the_streak_runs_through_them(
 ):
     _run(frozen_clock, THU)
     frozen_clock.set(dt.datetime(2026, 11, 9, 1, 30, tzinfo=UTC))  # Monday: three days missed
-    assert promotion.daily_evaluation() == {"evaluated": 6, "warnings": 1}
+    assert promotion.daily_evaluation() == {"evaluated": 6, "warnings": 1, "failed": 0}
     days = GateEvaluation.objects.filter(downstream=silent).order_by("day")
     assert [e.day for e in days] == [THU, FRI, SAT, SUN]
     assert [e.detail["as_of"][:10] for e in days] == [
@@ -137,7 +160,7 @@ def test_k_consecutive_failing_days_raise_exactly_one_warning_deadline_skips_wee
     assert _run(frozen_clock, FRI)["warnings"] == 0
     assert not DemotionWarning.objects.exists()
 
-    assert _run(frozen_clock, SAT) == {"evaluated": 2, "warnings": 1}
+    assert _run(frozen_clock, SAT) == {"evaluated": 2, "warnings": 1, "failed": 0}
     warning = DemotionWarning.objects.get()
     assert warning.downstream == silent and warning.status == "open"
     assert warning.level == 2

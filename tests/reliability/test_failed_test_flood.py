@@ -131,7 +131,7 @@ def test_pages_of_the_flooded_pr_commit_and_backend_answer(flood):
 
 def test_daily_gate_evaluation_of_every_backend_completes(flood):
     result, most = _widest(promotion.daily_evaluation)
-    assert result == {"evaluated": 2, "warnings": 0}
+    assert result == {"evaluated": 2, "warnings": 0, "failed": 0}
     assert most <= MAX_PARAMETERS
 
 
