@@ -114,3 +114,17 @@ def field_errors(response, form: str) -> dict[str, list[str]]:
 def messages_of(response) -> list[str]:
     """The flash messages a response's request queued."""
     return [str(message) for message in get_messages(response.wsgi_request)]
+
+
+def break_evaluation_of(monkeypatch, module, broken: Downstream):
+    """`module.evaluate_backend` raises for `broken` and evaluates every other backend as
+    before; returns the live function (to mend it with)."""
+    live = module.evaluate_backend
+
+    def fails_for_one(downstream, as_of=None, target_level=None):
+        if downstream.id == broken.id:
+            raise RuntimeError("bad row")
+        return live(downstream, as_of, target_level)
+
+    monkeypatch.setattr(module, "evaluate_backend", fails_for_one)
+    return live

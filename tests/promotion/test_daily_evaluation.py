@@ -9,8 +9,18 @@ from django.test import Client
 
 from hud import gates, pages, promotion
 from hud.models import DemotionWarning, GateEvaluation, Level, LevelChange
+from hud.promotion import daily
 from hud.reads import selectors
-from tests.promotion import UTC, admin, backend, criterion, maintainer, messages_of, report_at
+from tests.promotion import (
+    UTC,
+    admin,
+    backend,
+    break_evaluation_of,
+    criterion,
+    maintainer,
+    messages_of,
+    report_at,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -96,16 +106,7 @@ def test_default_day_is_the_last_finished_day_whatever_the_hour(frozen_clock, si
 def test_a_backend_whose_evaluation_fails_is_logged_and_the_others_are_still_evaluated(
     frozen_clock, silent, healthy, monkeypatch, caplog
 ):
-    from hud.promotion import daily
-
-    live = daily.evaluate_backend
-
-    def fails_for_silent(downstream, as_of=None, target_level=None):
-        if downstream.id == silent.id:
-            raise RuntimeError("bad row")
-        return live(downstream, as_of, target_level)
-
-    monkeypatch.setattr(daily, "evaluate_backend", fails_for_silent)
+    live = break_evaluation_of(monkeypatch, daily, silent)
     assert _run(frozen_clock, THU) == {"evaluated": 1, "warnings": 0, "failed": 1}
     assert [e.downstream_id for e in GateEvaluation.objects.all()] == [healthy.id]
     failures = [r for r in caplog.records if r.message == "daily evaluation failed"]

@@ -12,7 +12,14 @@ from hud.core import revisions
 from hud.models import GateExclusion, Level
 from hud.promotion import snapshot
 from tests.conftest import NOW
-from tests.promotion import admin, backend, criterion, report, report_at
+from tests.promotion import (
+    admin,
+    backend,
+    break_evaluation_of,
+    criterion,
+    report,
+    report_at,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -276,15 +283,7 @@ def test_a_bulk_load_bumps_each_backend_once_at_its_end(
 def test_one_backend_whose_evaluation_fails_does_not_stop_the_periodic_refresh(
     npu, monkeypatch, caplog
 ):
-    broken = backend("org/broken", Level.L2)
-    live = snapshot.evaluate_backend
-
-    def fails_for_one(downstream, as_of=None, target_level=None):
-        if downstream.id == broken.id:
-            raise RuntimeError("bad row")
-        return live(downstream, as_of, target_level)
-
-    monkeypatch.setattr(snapshot, "evaluate_backend", fails_for_one)
+    break_evaluation_of(monkeypatch, snapshot, backend("org/broken", Level.L2))
     assert periodic.PERIODIC_JOBS["refresh_gates"]() == 1  # npu kept, the broken one logged
     assert not promotion.current_gate(npu, NOW).behind
     assert [r.message for r in caplog.records if r.levelname == "ERROR"] == ["gate refresh failed"]
