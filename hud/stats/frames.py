@@ -196,7 +196,9 @@ class PreparedJobs:
     """A jobs frame cleaned, ordered and classified once; every metric accepts it instead."""
 
     rows: pd.DataFrame  # de-duplicated by id, sorted by id
-    attempts: pd.DataFrame  # by logical job and attempt order, with attempt_index, attempts
+    # Each logical job's attempt rows consecutive, in attempt order (`combine_prepared` keeps
+    # that: its parts share no logical job), with attempt_index, attempts and the attempt's legs.
+    attempts: pd.DataFrame
     latest: pd.DataFrame  # latest attempt per logical job, with `outcome`
     first: pd.DataFrame  # first attempt per logical job, with `outcome` and latest_placed_at
 

@@ -12,7 +12,15 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from hud.stats.frames import LEG_SEVERITY, LOGICAL_JOB_KEY, Jobs, _in_window, prepare
+from hud.stats.frames import (
+    LEG_SEVERITY,
+    LOGICAL_JOB_KEY,
+    Jobs,
+    _in_window,
+    _runs_end,
+    _runs_start,
+    prepare,
+)
 from hud.stats.intervals import (
     DEFAULT_MIN_N,
     SPREAD_LOOKBACK,
@@ -127,22 +135,29 @@ def rerun_rate(
 
 
 def flaky_jobs(df: Jobs, start: dt.datetime, end: dt.datetime) -> pd.DataFrame:
-    """Window logical jobs with `has_failure`, `has_success` and `flaky` (both) columns."""
+    """Window logical jobs with `has_failure`, `has_success` and `flaky` (both) columns, in the
+    prepared attempts' order (each logical job's attempts are consecutive rows there)."""
     attempts = prepare(df).attempts
     attempts = attempts[_in_window(attempts["latest_placed_at"], start, end)]
     # Judged by attempt (the worst of its legs), so two legs of one attempt are not a flake.
-    completed = ~attempts["attempt_open"]
-    attempts = attempts.assign(
-        is_failure=completed & (attempts["attempt_severity"] == LEG_SEVERITY[FAILURE]),
-        is_success=completed & (attempts["attempt_severity"] == LEG_SEVERITY[SUCCESS]),
+    completed = ~attempts["attempt_open"].to_numpy()
+    severity = attempts["attempt_severity"].to_numpy()
+    has_failure = completed & (severity == LEG_SEVERITY[FAILURE])
+    has_success = completed & (severity == LEG_SEVERITY[SUCCESS])
+    starts = _runs_start(attempts[column].to_numpy() for column in LOGICAL_JOB_KEY)
+    if len(attempts):
+        first_rows = np.flatnonzero(starts)
+        has_failure = np.logical_or.reduceat(has_failure, first_rows)
+        has_success = np.logical_or.reduceat(has_success, first_rows)
+    last_rows = np.flatnonzero(_runs_end(starts))
+    per_job = attempts[LOGICAL_JOB_KEY].iloc[last_rows].reset_index(drop=True)
+    return per_job.assign(
+        has_failure=has_failure,
+        has_success=has_success,
+        attempts=attempts["attempts"].to_numpy()[last_rows],
+        placed_at=attempts["latest_placed_at"].array.take(last_rows),
+        flaky=has_failure & has_success,
     )
-    per_job = attempts.groupby(LOGICAL_JOB_KEY, sort=True).agg(
-        has_failure=("is_failure", "any"),
-        has_success=("is_success", "any"),
-        attempts=("attempts", "last"),
-        placed_at=("latest_placed_at", "last"),
-    )
-    return per_job.assign(flaky=per_job["has_failure"] & per_job["has_success"]).reset_index()
 
 
 def flake_rate(

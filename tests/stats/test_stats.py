@@ -604,3 +604,32 @@ def test_attempts_latest_and_first_are_what_grouping_by_logical_job_gives(df, se
         got = getattr(prepared, field).drop(columns="outcome")
         expected = worst.drop(columns=["attempt_index", "attempt_severity", "attempt_open"])
         pd.testing.assert_frame_equal(got, expected.reset_index(drop=True), check_exact=True)
+
+
+@given(df=job_frames(), seed=st.integers(0, 2**32 - 1))
+def test_flaky_jobs_are_what_grouping_the_window_attempts_by_logical_job_gives(df, seed):
+    """`flaky_jobs` reduces runs of each logical job's attempts; the jobs and their flags equal
+    pandas' groupby of the same attempts (the definition), whatever the rows' order."""
+    attempts = stats.prepare(df.sample(frac=1.0, random_state=seed)).attempts
+    attempts = attempts[
+        (attempts["latest_placed_at"] >= START) & (attempts["latest_placed_at"] < END)
+    ]
+    completed = ~attempts["attempt_open"]
+    expected = (
+        attempts.assign(
+            is_failure=completed & (attempts["attempt_severity"] == frames.LEG_SEVERITY["failure"]),
+            is_success=completed & (attempts["attempt_severity"] == frames.LEG_SEVERITY["success"]),
+        )
+        .groupby(stats.LOGICAL_JOB_KEY, sort=True)
+        .agg(
+            has_failure=("is_failure", "any"),
+            has_success=("is_success", "any"),
+            attempts=("attempts", "last"),
+            placed_at=("latest_placed_at", "last"),
+        )
+    )
+    expected = expected.assign(
+        flaky=expected["has_failure"] & expected["has_success"]
+    ).reset_index()
+    got = stats.flaky_jobs(df, START, END).sort_values(stats.LOGICAL_JOB_KEY, kind="mergesort")
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), expected, check_exact=True)
