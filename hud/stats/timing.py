@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import numpy as np
 import pandas as pd
 
 from hud.stats.frames import Jobs, _in_window, prepare
@@ -44,13 +45,12 @@ def end_to_end_seconds(rows: pd.DataFrame) -> pd.Series:
 
 def overrun_flags(rows: pd.DataFrame) -> pd.Series:
     """True over 3 h end to end, False under, NA when unknown; sweeper-closed jobs overran."""
-    e2e = end_to_end_seconds(rows)
-    flags = pd.Series(pd.NA, index=rows.index, dtype="boolean")
-    known = e2e.notna()
-    flags[known] = e2e[known] > OVERRUN_SECONDS
+    e2e = end_to_end_seconds(rows).to_numpy()
     # The sweeper closes jobs left in_progress for 6 h, so they ran past 3 h by construction.
-    flags[rows["closed_by_sweeper"].astype(bool)] = True
-    return flags
+    swept = rows["closed_by_sweeper"].to_numpy(dtype=bool)
+    unknown = np.isnan(e2e) & ~swept
+    flags = pd.arrays.BooleanArray(swept | (e2e > OVERRUN_SECONDS), unknown)
+    return pd.Series(flags, index=rows.index)
 
 
 def overrun_rate(
@@ -59,10 +59,14 @@ def overrun_rate(
     """Share of timed attempts over 3 h end to end (attempts with unknown duration excluded)."""
     lookback_start = min(pd.Timestamp(start), pd.Timestamp(end) - SPREAD_LOOKBACK)
     rows = timed_attempts(df, lookback_start, end)
-    flags = overrun_flags(rows)
-    known = flags.notna()
+    flags = overrun_flags(rows).array
+    known = ~flags.isna()
     return day_clustered_proportion(
-        rows.loc[known, "placed_at"], flags[known].astype(bool), start, end, min_n=min_n
+        rows["placed_at"].values[known],
+        flags.to_numpy(bool, na_value=False)[known],
+        start,
+        end,
+        min_n=min_n,
     )
 
 
