@@ -137,6 +137,12 @@ def _runs_end(starts: np.ndarray) -> np.ndarray:
     return ends
 
 
+def _per_run(ufunc: np.ufunc, values: np.ndarray, first_rows: np.ndarray) -> np.ndarray:
+    """`ufunc` reduced over each run of `values` (runs begin at the row numbers `first_rows`),
+    one value a run; none for no rows, where `reduceat` would fail."""
+    return ufunc.reduceat(values, first_rows) if len(values) else values[:0]
+
+
 def _with_attempt_info(rows: pd.DataFrame) -> pd.DataFrame:
     """Clean rows by logical job then attempt order, with what each row's attempt amounts to.
 
@@ -159,9 +165,8 @@ def _with_attempt_info(rows: pd.DataFrame) -> pd.DataFrame:
     attempt_rows = np.flatnonzero(attempt_starts)
     severity = rows["conclusion"].map(LEG_SEVERITY).fillna(0).astype(int).to_numpy()
     still_open = (rows["status"] != "completed").to_numpy()
-    if len(rows):
-        severity = np.maximum.reduceat(severity, attempt_rows)[attempt]
-        still_open = np.logical_or.reduceat(still_open, attempt_rows)[attempt]
+    severity = _per_run(np.maximum, severity, attempt_rows)[attempt]
+    still_open = _per_run(np.logical_or, still_open, attempt_rows)[attempt]
     return rows.assign(
         attempt_index=attempt - first_attempt[job],
         attempts=(attempt[last_row] - first_attempt + 1)[job],

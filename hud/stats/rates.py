@@ -17,6 +17,7 @@ from hud.stats.frames import (
     LOGICAL_JOB_KEY,
     Jobs,
     _in_window,
+    _per_run,
     _runs_end,
     _runs_start,
     prepare,
@@ -145,10 +146,8 @@ def flaky_jobs(df: Jobs, start: dt.datetime, end: dt.datetime) -> pd.DataFrame:
     has_failure = completed & (severity == LEG_SEVERITY[FAILURE])
     has_success = completed & (severity == LEG_SEVERITY[SUCCESS])
     starts = _runs_start(attempts[column].to_numpy() for column in LOGICAL_JOB_KEY)
-    if len(attempts):
-        first_rows = np.flatnonzero(starts)
-        has_failure = np.logical_or.reduceat(has_failure, first_rows)
-        has_success = np.logical_or.reduceat(has_success, first_rows)
+    has_failure = _per_run(np.logical_or, has_failure, np.flatnonzero(starts))
+    has_success = _per_run(np.logical_or, has_success, np.flatnonzero(starts))
     last_rows = np.flatnonzero(_runs_end(starts))
     per_job = attempts[LOGICAL_JOB_KEY].iloc[last_rows].reset_index(drop=True)
     return per_job.assign(
