@@ -25,6 +25,7 @@ DEFAULT_MIN_N = 10
 # 28 days ending with its window (or the window, if longer), so a 14-day window's interval
 # does not rest on 13 degrees of freedom alone (docs/statistics.md, "Correlated failures").
 SPREAD_LOOKBACK = dt.timedelta(days=28)
+_DAY_NS = 86_400 * 10**9  # a UTC day in nanoseconds
 # exp() of more than this overflows a float.
 MAX_LOG_SECONDS = 709.0
 
@@ -188,9 +189,6 @@ def day_clustered_proportion(
         min_n=min_n,
         note=note,
     )
-
-
-_DAY_NS = 86_400 * 10**9
 
 
 def _epoch_ns(times: pd.Series | np.ndarray) -> np.ndarray:
