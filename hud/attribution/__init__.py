@@ -41,11 +41,17 @@ from hud.attribution.drilldown import (
     failed_tests_overview,
 )
 from hud.attribution.evidence import ORIGIN_WORDS
-from hud.attribution.gate import excluded_from_gate, gate_adjusted_pass_rates
+from hud.attribution.gate import (
+    adjusted_pass_rates,
+    excluded_from_gate,
+    gate_adjusted_pass_rates,
+    judged_keys,
+)
 from hud.attribution.identity import (
     LogicalKey,
     failed_test_id,
     failure_signature,
+    logical_key,
     origin_of,
     split_failed_test_id,
 )
@@ -73,7 +79,7 @@ from hud.attribution.policy import (
     above,
     load_attribution_policy,
 )
-from hud.attribution.verdicts import index_by_job, verdict_counts, verdicts_for
+from hud.attribution.verdicts import index_by_job, verdict_counts, verdicts_for, verdicts_of
 
 __all__ = [
     "BADGES",
@@ -95,6 +101,7 @@ __all__ = [
     "LogicalKey",
     "Signature",
     "above",
+    "adjusted_pass_rates",
     "commit_view",
     "excluded_from_gate",
     "failed_test_history",
@@ -103,8 +110,10 @@ __all__ = [
     "failure_signature",
     "gate_adjusted_pass_rates",
     "index_by_job",
+    "judged_keys",
     "load_attribution_policy",
     "load_signatures",
+    "logical_key",
     "origin_of",
     "parse_signatures",
     "signature_text",
@@ -112,4 +121,5 @@ __all__ = [
     "split_failed_test_id",
     "verdict_counts",
     "verdicts_for",
+    "verdicts_of",
 ]

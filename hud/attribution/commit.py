@@ -12,7 +12,7 @@ from django.db.models import Q
 
 from hud import stats
 from hud.attribution.evidence import REFERENCE_KINDS, _logical_rows
-from hud.attribution.identity import _key, _ref_summary
+from hud.attribution.identity import _ref_summary, logical_key
 from hud.attribution.policy import REFERENCE_OUTCOMES, AttributionPolicy, load_attribution_policy
 from hud.attribution.verdicts import _verdicts, verdict_counts
 from hud.models import Job, LogicalJob
@@ -103,7 +103,7 @@ def commit_view(sha: str, *, until: dt.datetime | None = None) -> dict[str, Any]
     if not rows:
         return None
     policy = load_attribution_policy()
-    verdicts, _ = _verdicts({_key(row) for row in rows}, until=until, policy=policy)
+    verdicts, _ = _verdicts({logical_key(row) for row in rows}, until=until, policy=policy)
     failing = [item for item in verdicts if item["verdict"]]
     hints = _bisect_hints(failing, policy)
     backends: dict[str, dict[str, Any]] = {}

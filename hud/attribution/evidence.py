@@ -17,10 +17,10 @@ from django.db.models import Count, DateTimeField, ExpressionWrapper, Max, Outer
 from hud import stats
 from hud.attribution.identity import (
     LogicalKey,
-    _key,
     _moment,
     failed_test_id,
     failure_signature,
+    logical_key,
     origin_of,
     split_failed_test_id,
 )
@@ -112,7 +112,7 @@ def _latest_map(rows: list[dict[str, Any]]) -> dict[LogicalKey, dict]:
     for record in prepared.latest.to_dict("records"):
         merged = {**by_id[int(record["id"])], **record}
         merged["attempts"] = int(record["attempts"])
-        out[_key(merged)] = merged
+        out[logical_key(merged)] = merged
     return out
 
 
@@ -253,7 +253,7 @@ def _latest_on(
     read = LogicalJob.objects.filter(head_sha__in=shas).filter(
         Q(downstream__full_name__in=backends) | Q(outcome__in=_CROSS_BACKEND_OUTCOMES)
     )
-    latest = {_key(row): row for row in _logical_rows(read)}
+    latest = {logical_key(row): row for row in _logical_rows(read)}
     stale = _changed_after(latest, shas, until) if until is not None else set()
     if stale:
         latest = {key: row for key, row in latest.items() if key[2] not in stale}
@@ -313,7 +313,7 @@ def _attempts_of(
     )
     for values in attempts.values_list(*_ATTEMPT_FIELDS):
         row = dict(zip(("downstream", *_ATTEMPT_FIELDS[1:]), values, strict=True))
-        key = _key(row)
+        key = logical_key(row)
         if key not in keys:
             continue
         ids[key].append(row["id"])

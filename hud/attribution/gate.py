@@ -11,9 +11,9 @@ from typing import Any
 import pandas as pd
 
 from hud import gates, stats
-from hud.attribution.identity import _key
+from hud.attribution.identity import LogicalKey, logical_key
 from hud.attribution.policy import BROKEN_DOWNSTREAM, INFRA, JUDGED_OUTCOMES, UPSTREAM_LIKELY
-from hud.attribution.verdicts import _verdicts
+from hud.attribution.verdicts import verdicts_of
 
 
 def excluded_from_gate(item: Mapping[str, Any]) -> bool:
@@ -40,17 +40,41 @@ def gate_adjusted_pass_rates(
     Only the window's judged logical jobs are judged, and the adjusted rate counts the same
     latest attempts without the excluded ones: nothing is prepared twice.
     """
-    windows = sorted(set(windows)) or [14]
     prepared = stats.prepare(jobs)
+    keys = judged_keys(prepared, windows, as_of)
+    verdicts = verdicts_of(keys, until=as_of) if keys else []
+    return adjusted_pass_rates(prepared, windows, as_of, verdicts, min_n=min_n)
+
+
+def judged_keys(
+    prepared: stats.PreparedJobs, windows: Iterable[int], as_of: dt.datetime
+) -> set[LogicalKey]:
+    """The logical jobs the adjusted pass rate judges: the failures of its longest window.
+
+    Verdicts judged for several backends' keys in one `_verdicts` call are the ones each would
+    get alone (every rule reads its own key's evidence), so evaluations of many backends judge
+    them together (`hud.promotion.evaluate_backends`)."""
     latest = prepared.latest
-    longest = as_of - dt.timedelta(days=windows[-1])
+    longest = as_of - dt.timedelta(days=_windows(windows)[-1])
     candidates = latest[
         latest["outcome"].isin(JUDGED_OUTCOMES)
         & (latest["placed_at"] >= pd.Timestamp(longest))
         & (latest["placed_at"] < pd.Timestamp(as_of))
     ]
-    keys = {_key(row) for row in candidates[stats.LOGICAL_JOB_KEY].to_dict("records")}
-    verdicts = _verdicts(keys, until=as_of)[0] if keys else []
+    return {logical_key(row) for row in candidates[stats.LOGICAL_JOB_KEY].to_dict("records")}
+
+
+def adjusted_pass_rates(
+    prepared: stats.PreparedJobs,
+    windows: Iterable[int],
+    as_of: dt.datetime,
+    verdicts: Iterable[Mapping[str, Any]],
+    *,
+    min_n: int = stats.DEFAULT_MIN_N,
+) -> dict[str, Any]:
+    """`gate_adjusted_pass_rates` from the verdicts of (at least) `judged_keys`."""
+    windows = _windows(windows)
+    latest = prepared.latest
     excluded = [_excluded_item(item) for item in verdicts if excluded_from_gate(item)]
     excluded_keys = [
         (e["downstream"], e["event_type"], e["head_sha"], e["workflow_name"], e["job_name"])
@@ -72,6 +96,10 @@ def gate_adjusted_pass_rates(
             ),
         }
     return {"windows": windows, "estimates": estimates, "excluded": excluded}
+
+
+def _windows(windows: Iterable[int]) -> list[int]:
+    return sorted(set(windows)) or [14]
 
 
 def _excluded_item(item: Mapping[str, Any]) -> dict[str, Any]:

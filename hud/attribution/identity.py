@@ -60,7 +60,8 @@ def origin_of(pr_number: int, event_type: str, head_sha: str) -> str:
     return f"pr#{pr_number}" if pr_number else f"{event_type}:{head_sha}"
 
 
-def _key(row: Mapping[str, Any]) -> LogicalKey:
+def logical_key(row: Mapping[str, Any]) -> LogicalKey:
+    """The logical job of a row or verdict that has the key's columns (`downstream` by name)."""
     return (
         row["downstream"],
         row["event_type"],

@@ -19,10 +19,10 @@ from hud.attribution.evidence import (
 from hud.attribution.identity import (
     LogicalKey,
     _attempt_order,
-    _key,
     _ref_summary,
     _test_set,
     _when,
+    logical_key,
 )
 from hud.attribution.infra import Signature, _infra, load_signatures
 from hud.attribution.policy import (
@@ -42,7 +42,7 @@ from hud.models import Job
 
 
 def _rerun_passed(row: dict, loaded: _Loaded) -> dict | None:
-    winners = loaded.successes.get(_key(row), [])
+    winners = loaded.successes.get(logical_key(row), [])
     if not winners:
         return None
     winner = max(winners, key=_attempt_order)
@@ -295,7 +295,7 @@ def _keys_of(jobs: Iterable[Job | Mapping[str, Any]]) -> set[LogicalKey]:
                 )
             )
         else:
-            keys.add(_key(job))
+            keys.add(logical_key(job))
     return keys
 
 
@@ -308,7 +308,12 @@ def verdicts_for(
     skipped/neutral or was a superseded cancel. Pass Job rows with `downstream` loaded
     (`select_related`) or dicts with the stats frame's key columns.
     """
-    return _verdicts(_keys_of(jobs), until=until)[0]
+    return verdicts_of(_keys_of(jobs), until=until)
+
+
+def verdicts_of(keys: set[LogicalKey], *, until: dt.datetime | None = None) -> list[dict[str, Any]]:
+    """`verdicts_for` of logical keys: one plain dict per key that has a latest attempt."""
+    return _verdicts(keys, until=until)[0]
 
 
 def index_by_job(verdicts: Iterable[dict[str, Any]]) -> dict[int, dict[str, Any]]:

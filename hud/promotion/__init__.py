@@ -33,6 +33,7 @@ from hud.promotion.daily import daily_evaluation, decide_warning, end_of_day, la
 from hud.promotion.evaluation import (
     BackendGate,
     evaluate_backend,
+    evaluate_backends,
     gate_policy,
     level_since,
     oncall_response_hours,
@@ -58,6 +59,7 @@ __all__ = [
     "effective_level",
     "end_of_day",
     "evaluate_backend",
+    "evaluate_backends",
     "gate_policy",
     "is_admin",
     "last_finished_day",

@@ -16,7 +16,13 @@ from hud import gates, levels, notifications
 from hud.core import clock
 from hud.levels.roles import User, require_admin
 from hud.models import DemotionWarning, Downstream, GateEvaluation, Level, LevelChange
-from hud.promotion.evaluation import BackendGate, evaluate_backend, gate_policy, level_since
+from hud.promotion.evaluation import (
+    BackendGate,
+    evaluate_backend,
+    evaluate_backends,
+    gate_policy,
+    level_since,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -37,11 +43,13 @@ def daily_evaluation(through: dt.date | None = None) -> dict[str, int]:
     `through` defaults to the last finished day and may not be a day that has not ended (its
     `as_of` would be in the future). A backend's missing days since its latest stored
     evaluation are back-filled in order, so each day's streak reads the days before it; a
-    backend never evaluated starts at `through`. Idempotent per (backend, day).
+    backend never evaluated starts at `through`. Idempotent per (backend, day). The backends
+    due on a day are evaluated together (`evaluate_backends`), then stored one by one.
 
     A backend whose evaluation fails is logged and stops at that day (`failed` counts them):
     the next run back-fills it from its last stored day, and the other backends are still
-    evaluated. Raised, it ended `run_periodic --loop`, and the sweeper with it.
+    evaluated (alone, that day, should the evaluation together have failed). Raised, it ended
+    `run_periodic --loop`, and the sweeper with it.
     """
     last = last_finished_day(clock.now())
     through = through or last
@@ -49,37 +57,67 @@ def daily_evaluation(through: dt.date | None = None) -> dict[str, int]:
         raise ValueError(f"{through} has not ended yet: the last finished UTC day is {last}")
     policy = gate_policy()
     made = warned = failed = 0
+    first_day = {}
     for downstream in Downstream.objects.filter(delisted=False, level__gte=Level.L2):
         latest = downstream.evaluations.aggregate(latest=Max("day"))["latest"]
-        day = through if latest is None else latest + dt.timedelta(days=1)
-        while day <= through:
+        first_day[downstream] = through if latest is None else latest + dt.timedelta(days=1)
+    day = min(first_day.values(), default=through + dt.timedelta(days=1))
+    while day <= through:
+        due = [downstream for downstream, first in first_day.items() if first <= day]
+        together = _evaluate_together(
+            [downstream for downstream in due if _gated_level(downstream, day) is not None], day
+        )
+        for downstream in due:
             try:
                 with transaction.atomic():  # a failure takes back its own day's writes only
-                    outcome = _evaluate_day(downstream, day, policy)
+                    outcome = _evaluate_day(downstream, day, policy, together.get(downstream.id))
             except Exception:
                 logger.exception(
                     "daily evaluation failed",
                     extra={"downstream": downstream.full_name, "day": day.isoformat()},
                 )
                 failed += 1
-                break
+                del first_day[downstream]  # it stops at this day
+                continue
             made += outcome is not None
             warned += bool(outcome)
-            day += dt.timedelta(days=1)
+        day += dt.timedelta(days=1)
     return {"evaluated": made, "warnings": warned, "failed": failed}
 
 
-def _evaluate_day(downstream: Downstream, day: dt.date, policy: gates.Policy) -> int | None:
+def _gated_level(downstream: Downstream, day: dt.date) -> int | None:
+    """The backend's level at the end of `day` when that day is gated (L2 or above)."""
+    level = levels.level_at(downstream, end_of_day(day))
+    return None if level is None or level < Level.L2 else level
+
+
+def _evaluate_together(backends: list[Downstream], day: dt.date) -> dict[int, BackendGate]:
+    """The backends' evaluations of `day` in one go; none when that fails (each is then
+    evaluated alone, so one backend's failure is its own)."""
+    if not backends:
+        return {}
+    try:
+        with transaction.atomic():  # a database error is rolled back to here, not further
+            return evaluate_backends(backends, as_of=end_of_day(day))
+    except Exception:
+        logger.warning("daily evaluation of the backends together failed; evaluating each alone")
+        return {}
+
+
+def _evaluate_day(
+    downstream: Downstream, day: dt.date, policy: gates.Policy, gate: BackendGate | None = None
+) -> int | None:
     """Store `day`'s evaluation with its published decisions; the warnings it raised, or None.
+    `gate` is its evaluation when made already (with other backends'); else it is made here.
 
     The published decisions read only this level's evaluations since the level began, by
     calendar day (`gates.published_decisions`): another level's rows never seed them.
     """
     as_of = end_of_day(day)
-    level = levels.level_at(downstream, as_of)
-    if level is None or level < Level.L2:
+    level = _gated_level(downstream, day)
+    if level is None:
         return None  # not gated that day
-    gate = evaluate_backend(downstream, as_of=as_of)
+    gate = gate or evaluate_backend(downstream, as_of=as_of)
     since = level_since(downstream, as_of)
     earlier = downstream.evaluations.filter(day__lt=day, current_level=level)
     if since is not None:

@@ -6,6 +6,7 @@ it per day (`hud.promotion.daily`).
 """
 
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,7 @@ from hud import attribution, gates, levels, stats
 from hud.core import clock
 from hud.levels import effective_level
 from hud.models import Downstream, GateExclusion
-from hud.reads.gate import gate_jobs
+from hud.reads.gate import GateJobs, gate_jobs_of
 
 
 def level_since(downstream: Downstream, as_of: dt.datetime) -> dt.datetime | None:
@@ -98,19 +99,74 @@ def evaluate_backend(
     downstream: Downstream, as_of: dt.datetime | None = None, target_level: int | None = None
 ) -> BackendGate:
     """Evaluate promotion to the next (or `target_level`) and keep/demote at the current level."""
-    as_of = as_of or clock.now()
+    return _evaluate([downstream], as_of or clock.now(), target_level)[downstream.id]
+
+
+def evaluate_backends(
+    downstreams: Iterable[Downstream], as_of: dt.datetime | None = None
+) -> dict[int, BackendGate]:
+    """`evaluate_backend` of each backend (by id) as of one moment, their failures judged in one
+    bulk read instead of one per backend: what the periodic refresh and daily evaluation run.
+    Each evaluation is the one `evaluate_backend` gives (tests/promotion/test_evaluate_many.py)."""
+    return _evaluate(list(downstreams), as_of or clock.now(), None)
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A backend's evaluation up to its verdicts: what the adjusted pass rate still needs."""
+
+    downstream: Downstream
+    policy: gates.Policy
+    current_label: str
+    target_label: str | None
+    exclusions: list[GateExclusion]
+    jobs: GateJobs
+    metrics: dict[str, Any]
+    pass_rate_windows: set[int]
+    judged: set[attribution.LogicalKey]
+
+
+def _evaluate(
+    downstreams: list[Downstream], as_of: dt.datetime, target_level: int | None
+) -> dict[int, BackendGate]:
     policy = gate_policy()
+    horizon = max(
+        (c.window_days for lvl in policy.levels.values() for c in (*lvl.promotion, *lvl.demotion)),
+        default=30,
+    )
+    exclusions = {
+        downstream.id: list(downstream.exclusions.order_by("created_at"))
+        for downstream in downstreams
+    }
+    jobs = gate_jobs_of(
+        [(downstream, exclusions[downstream.id]) for downstream in downstreams],
+        as_of - dt.timedelta(days=horizon + 1),
+        as_of,
+    )
+    pending = [
+        _metrics_of(
+            downstream, policy, as_of, target_level, exclusions[downstream.id], jobs[downstream.id]
+        )
+        for downstream in downstreams
+    ]
+    keys = set().union(*(item.judged for item in pending))
+    verdicts = attribution.verdicts_of(keys, until=as_of) if keys else []
+    return {item.downstream.id: _finish(item, verdicts, as_of) for item in pending}
+
+
+def _metrics_of(
+    downstream: Downstream,
+    policy: gates.Policy,
+    as_of: dt.datetime,
+    target_level: int | None,
+    exclusions: list[GateExclusion],
+    jobs: GateJobs,
+) -> _Pending:
     current = levels.level_at(downstream, as_of) or downstream.level
     current_label = f"L{current}"
     target_label = (
         f"L{target_level}" if target_level is not None else gates.next_level(current_label)
     )
-    horizon = max(
-        (c.window_days for lvl in policy.levels.values() for c in (*lvl.promotion, *lvl.demotion)),
-        default=30,
-    )
-    exclusions = list(downstream.exclusions.order_by("created_at"))
-    jobs = gate_jobs(downstream, exclusions, as_of - dt.timedelta(days=horizon + 1), as_of)
     extra = {
         # Only a logical job with more than one attempt has a response to measure.
         "oncall_response_p50_hours": stats.percentile_estimate(
@@ -135,13 +191,34 @@ def evaluate_backend(
         )
         if c.metric == "job_pass_rate"
     }
-    adjusted = attribution.gate_adjusted_pass_rates(jobs.prepared, pass_rate_windows, as_of)
+    judged = attribution.judged_keys(jobs.prepared, pass_rate_windows, as_of)
+    return _Pending(
+        downstream,
+        policy,
+        current_label,
+        target_label,
+        exclusions,
+        jobs,
+        metrics,
+        pass_rate_windows,
+        judged,
+    )
+
+
+def _finish(item: _Pending, verdicts: list[dict[str, Any]], as_of: dt.datetime) -> BackendGate:
+    """The evaluation of `item` from verdicts judged for its keys (and perhaps others')."""
+    policy = item.policy
+    own = [verdict for verdict in verdicts if attribution.logical_key(verdict) in item.judged]
+    adjusted = attribution.adjusted_pass_rates(
+        item.jobs.prepared, item.pass_rate_windows, as_of, own
+    )
     adjusted["basis"] = policy.pass_rate_basis
+    metrics = item.metrics
     if policy.pass_rate_basis == "adjusted":
         metrics.update({key: pair["adjusted"] for key, pair in adjusted["estimates"].items()})
-    evaluation = gates.evaluate(metrics, policy, target_label, current_label, as_of=as_of)
+    evaluation = gates.evaluate(metrics, policy, item.target_label, item.current_label, as_of=as_of)
     described = [
-        _describe_exclusion(item, rows)
-        for item, rows in zip(exclusions, jobs.excluded_attempts, strict=True)
+        _describe_exclusion(exclusion, rows)
+        for exclusion, rows in zip(item.exclusions, item.jobs.excluded_attempts, strict=True)
     ]
-    return BackendGate(evaluation, effective_level(downstream, as_of), described, adjusted)
+    return BackendGate(evaluation, effective_level(item.downstream, as_of), described, adjusted)

@@ -40,7 +40,7 @@ from django.db.models.signals import post_delete, post_save
 from hud import attribution, gates
 from hud.core import clock, files, revisions, taskqueue
 from hud.models import Downstream, GateExclusion, LevelChange, LevelOverride
-from hud.promotion.evaluation import BackendGate, evaluate_backend
+from hud.promotion.evaluation import BackendGate, evaluate_backend, evaluate_backends
 
 logger = logging.getLogger(__name__)
 # The version names the pickled shape (BackendGate and what it holds): bump it when that
@@ -93,12 +93,27 @@ def refresh(downstream_id: int) -> None:
 def refresh_all() -> int:
     """Evaluate and keep the gate of every listed backend (a periodic job): with it running
     more often than the age bound, a page finds its gate kept, not only after its first view.
-    A backend whose evaluation fails is logged and left to its next view (which shows the
-    error page as before); the others are still kept. Returns how many were kept."""
+    They are evaluated together (`evaluate_backends`: one read judges every backend's
+    failures). Should that fail, each is evaluated alone, so a backend whose evaluation fails
+    is logged and left to its next view (which shows the error page as before) while the
+    others are still kept. Returns how many were kept."""
+    backends = list(Downstream.objects.filter(delisted=False).order_by("id"))
+    now = clock.now()
+    # The tokens are read before evaluating, as `_evaluate_and_keep` does.
+    tokens = {downstream.id: _token(downstream.id) for downstream in backends}
+    try:
+        with transaction.atomic():  # a database error is rolled back to here, not further
+            gates_by_id = evaluate_backends(backends, now)
+    except Exception:
+        logger.warning("gate refresh of every backend at once failed; evaluating each alone")
+    else:
+        for downstream in backends:
+            _keep(downstream.id, tokens[downstream.id], gates_by_id[downstream.id])
+        return len(backends)
     kept = 0
-    for downstream in Downstream.objects.filter(delisted=False).order_by("id"):
+    for downstream in backends:
         try:
-            _evaluate_and_keep(downstream, clock.now())
+            _evaluate_and_keep(downstream, now)
         except Exception:
             logger.exception("gate refresh failed", extra={"downstream": downstream.full_name})
             continue
@@ -146,10 +161,14 @@ def _evaluate_and_keep(downstream: Downstream, now: dt.datetime) -> BackendGate:
     # what is kept then is never served as current.
     token = _token(downstream.id)
     gate = evaluate_backend(downstream, now)
-    cache.set(
-        _KEY.format(downstream.id), (token, gate), timeout=settings.CRCR_GATE_SNAPSHOT_SECONDS
-    )
+    _keep(downstream.id, token, gate)
     return gate
+
+
+def _keep(downstream_id: int, token: tuple, gate: BackendGate) -> None:
+    cache.set(
+        _KEY.format(downstream_id), (token, gate), timeout=settings.CRCR_GATE_SNAPSHOT_SECONDS
+    )
 
 
 def _schedule_refresh(downstream_id: int) -> None:

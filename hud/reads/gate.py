@@ -56,17 +56,53 @@ def gate_jobs(
 ) -> GateJobs:
     """The jobs of `downstream` placed in [since − margin, as_of) (`selectors.jobs_frame`'s
     span), prepared as of `as_of`, without the logical jobs `exclusions` take out."""
-    span = Q(downstream=downstream, placed_at__gte=since - FRAME_MARGIN, placed_at__lt=as_of)
-    excluded, taken = _excluded_keys(span, exclusions)
+    return gate_jobs_of([(downstream, exclusions)], since, as_of)[downstream.id]
+
+
+def gate_jobs_of(
+    backends: Sequence[tuple[Downstream, Sequence[GateExclusion]]],
+    since: dt.datetime,
+    as_of: dt.datetime,
+) -> dict[int, GateJobs]:
+    """`gate_jobs` of each backend (with its exclusions), by id: their layer rows and earlier
+    rows read in one query each, whatever the number of backends."""
+    ids = [downstream.id for downstream, _ in backends]
     # The layer's own `placed_at` (its latest attempt's) selects through its (downstream,
     # placed_at) index; the joined attempt's would scan every logical job of the backend.
-    layer = _layer_frame(
+    layers = _layer_frame(
         LogicalJob.objects.filter(
-            downstream=downstream, placed_at__gte=since - FRAME_MARGIN, placed_at__lt=as_of
+            downstream_id__in=ids, placed_at__gte=since - FRAME_MARGIN, placed_at__lt=as_of
         )
     )
+    # One backend (a page, a request) needs no grouping.
+    by_backend = layers.groupby("downstream_id", sort=False) if len(ids) > 1 else [(ids[0], layers)]
+    layer_of = dict(tuple(by_backend))
+    earlier = _earlier_rows(_span(ids, since, as_of), as_of)
+    out = {}
+    for downstream, exclusions in backends:
+        layer = layer_of.get(downstream.id, layers.iloc[:0]).drop(columns="downstream_id")
+        mine = [(sha, pr) for backend, sha, pr in earlier if backend == downstream.id]
+        out[downstream.id] = _jobs_of(downstream, exclusions, since, as_of, layer, mine)
+    return out
+
+
+def _span(ids: Sequence[int], since: dt.datetime, as_of: dt.datetime) -> Q:
+    return Q(downstream_id__in=ids, placed_at__gte=since - FRAME_MARGIN, placed_at__lt=as_of)
+
+
+def _jobs_of(
+    downstream: Downstream,
+    exclusions: Sequence[GateExclusion],
+    since: dt.datetime,
+    as_of: dt.datetime,
+    layer: pd.DataFrame,
+    earlier: list[tuple[str, int]],
+) -> GateJobs:
+    """One backend's `GateJobs` from its layer rows and earlier rows (`_earlier_rows`)."""
+    span = _span([downstream.id], since, as_of)
+    excluded, taken = _excluded_keys(span, exclusions)
     superseded = layer[layer["outcome"] == stats.SUPERSEDED]
-    attempts = _attempt_frame(span, _earlier_rows(span, as_of), superseded)
+    attempts = _attempt_frame(span, earlier, superseded)
     attempts = attempts[~_has_key(attempts, excluded)]
     single = layer[~_has_key(layer, excluded | _keys(attempts))]
     single = single.assign(downstream=downstream.full_name)
@@ -77,24 +113,25 @@ def gate_jobs(
 
 
 def _layer_frame(queryset) -> pd.DataFrame:
-    rows = list(queryset.values_list(*_LAYER_COLUMNS))
+    rows = list(queryset.values_list("downstream_id", *_LAYER_COLUMNS))
     columns = [column.removeprefix("latest_job__") for column in _LAYER_COLUMNS]
-    return pd.DataFrame.from_records(rows, columns=columns)
+    return pd.DataFrame.from_records(rows, columns=["downstream_id", *columns])
 
 
-def _earlier_rows(span: Q, as_of: dt.datetime) -> list[tuple[str, int]]:
-    """(head SHA, PR number) of the span's rows whose logical job the layer cannot describe
-    as of `as_of`: rows that are not their logical job's latest (re-runs and legs), and rows
-    of a logical job with another row placed at or after `as_of`, which the layer has taken in
-    whichever row it names latest (a later leg still in progress leaves the earlier leg the
-    latest row, yet opens its attempt). Bounded by the span, however far back `as_of` is."""
+def _earlier_rows(span: Q, as_of: dt.datetime) -> list[tuple[int, str, int]]:
+    """(backend id, head SHA, PR number) of the span's rows whose logical job the layer cannot
+    describe as of `as_of`: rows that are not their logical job's latest (re-runs and legs),
+    and rows of a logical job with another row placed at or after `as_of`, which the layer has
+    taken in whichever row it names latest (a later leg still in progress leaves the earlier
+    leg the latest row, yet opens its attempt). Bounded by the span, however far back `as_of`
+    is."""
     latest = LogicalJob.objects.filter(latest_job_id=OuterRef("id"))
     later = Job.objects.filter(
         **{column: OuterRef(column) for column in ("downstream_id", *KEY)}, placed_at__gte=as_of
     )
     # Two selects under one UNION: ORed, PostgreSQL hashed every LogicalJob's latest id
     # (102,200 at 100k jobs, 25 ms) instead of probing the index per span row.
-    columns = ("head_sha", "pr_number")
+    columns = ("downstream_id", "head_sha", "pr_number")
     not_latest = Job.objects.filter(span).filter(~Exists(latest)).values_list(*columns)
     with_later = Job.objects.filter(span).filter(Exists(later)).values_list(*columns)
     return list(not_latest.union(with_later))

@@ -118,13 +118,23 @@ def messages_of(response) -> list[str]:
 
 def break_evaluation_of(monkeypatch, module, broken: Downstream):
     """`module.evaluate_backend` raises for `broken` and evaluates every other backend as
-    before; returns the live function (to mend it with)."""
+    before, and `module.evaluate_backends` raises for any set that holds it (as a bad row
+    fails the evaluation it is read in); returns the live single evaluation (to mend it with)."""
     live = module.evaluate_backend
+    live_many = getattr(module, "evaluate_backends", None)
 
     def fails_for_one(downstream, as_of=None, target_level=None):
         if downstream.id == broken.id:
             raise RuntimeError("bad row")
         return live(downstream, as_of, target_level)
 
+    def fails_with_it(downstreams, as_of=None):
+        downstreams = list(downstreams)
+        if broken.id in {downstream.id for downstream in downstreams}:
+            raise RuntimeError("bad row")
+        return live_many(downstreams, as_of)
+
     monkeypatch.setattr(module, "evaluate_backend", fails_for_one)
+    if live_many is not None:
+        monkeypatch.setattr(module, "evaluate_backends", fails_with_it)
     return live

@@ -26,15 +26,22 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def evaluations(monkeypatch):
-    """Counts the live evaluations `current_gate` makes."""
+    """Counts the live evaluations `current_gate` and the periodic refresh make: one `as_of`
+    per backend evaluated, alone or with others."""
     calls = []
-    live = snapshot.evaluate_backend
+    live, live_many = snapshot.evaluate_backend, snapshot.evaluate_backends
 
     def counted(downstream, as_of=None, target_level=None):
         calls.append(as_of)
         return live(downstream, as_of, target_level)
 
+    def counted_many(downstreams, as_of=None):
+        gates = live_many(downstreams, as_of)
+        calls.extend([as_of] * len(gates))
+        return gates
+
     monkeypatch.setattr(snapshot, "evaluate_backend", counted)
+    monkeypatch.setattr(snapshot, "evaluate_backends", counted_many)
     return calls
 
 
