@@ -9,6 +9,7 @@ import pytest
 
 from hud import promotion
 from hud.models import Downstream, Level
+from hud.promotion import evaluation
 from tests.conftest import NOW
 from tests.promotion import backend
 from tests.support import attribution_sim
@@ -19,10 +20,14 @@ def _as_json(gate: promotion.BackendGate) -> str:
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("days_back", [0, 3])
-def test_backends_evaluated_together_get_the_evaluation_each_gets_alone(frozen_clock, days_back):
+@pytest.mark.parametrize(("days_back", "together"), [(0, 10), (3, 10), (0, 2)])
+def test_backends_evaluated_together_get_the_evaluation_each_gets_alone(
+    frozen_clock, monkeypatch, days_back, together
+):
     # Two backends on the same commits: corroborated PR breakages, re-runs, infra spells,
     # broken trunk; a third with no job at all. Three days back, later rows are re-derived.
+    # Two at a time, the simulated pair is split across two reads.
+    monkeypatch.setattr(evaluation, "EVALUATED_TOGETHER", together)
     attribution_sim.simulate(11, attribution_sim.SMALL, NOW, frozen_clock)
     backend("sim/idle", Level.L3)
     backends = list(Downstream.objects.order_by("id"))
