@@ -3,7 +3,9 @@
 Reads the databases `bench/pages.py` fills (`crcr_bench_100k`, `crcr_bench_1m`; it never fills,
 drops or changes them) and times, warm:
 
-- `evaluate_backend` for every backend, as of now (what the admin page and the API run);
+- `evaluate_backend` for every backend, one by one, as of now (what the admin page and the
+  API run for one backend);
+- `evaluate_backends` of every backend at once, as of now (what the periodic refresh runs);
 - the periodic daily evaluation (`promotion.daily_evaluation`) of the last finished day for
   every L2+ backend, in a transaction rolled back afterwards (with the level history the
   COPY-filled data lacks), so nothing is stored.
@@ -70,6 +72,9 @@ def measure(repeat: int) -> dict[str, object]:
         for downstream in backends:
             promotion.evaluate_backend(downstream, as_of=now)
 
+    def together() -> None:
+        promotion.evaluate_backends(backends, as_of=now)
+
     def daily() -> None:
         try:
             with transaction.atomic():
@@ -89,6 +94,7 @@ def measure(repeat: int) -> dict[str, object]:
         "jobs_in_db": Job.objects.count(),
         "backends": len(backends),
         "evaluate_backend_all": _timed(evaluate_all, repeat),
+        "evaluate_backends": _timed(together, repeat),
         "daily_evaluation": _timed(daily, repeat),
     }
 
@@ -105,8 +111,8 @@ def main() -> None:
         print(json.dumps({"size": args.size, **measure(args.repeat)}))
         return
     print("| size | jobs | backends | evaluate_backend × all, median (best) s |"
-          " daily_evaluation, median (best) s |")  # fmt: skip
-    print("|---|---|---|---|---|")
+          " evaluate_backends (all at once) | daily_evaluation, median (best) s |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
     for size in [args.only] if args.only else SIZES:
         command = [sys.executable, __file__, "--size", size, "--repeat", str(args.repeat)]
         done = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT)
@@ -114,7 +120,7 @@ def main() -> None:
         result = json.loads(done.stdout.strip().splitlines()[-1])
         cells = [
             f"{result[key]['median_s']:.2f} ({result[key]['best_s']:.2f})"
-            for key in ("evaluate_backend_all", "daily_evaluation")
+            for key in ("evaluate_backend_all", "evaluate_backends", "daily_evaluation")
         ]
         print(f"| {size} | {result['jobs_in_db']:,} | {result['backends']} | " + " | ".join(cells)
               + " |")  # fmt: skip
