@@ -202,7 +202,7 @@ def _load(
     """Bulk-load latest attempts, attempts, failed tests, references and cross-commit evidence
     for `keys`: a constant number of queries, each bounded by the keys' SHAs or their window."""
     judged_at = until or clock.now()
-    latest = _latest_on({key[2] for key in keys}, {key[0] for key in keys}, until)
+    latest = _latest_on(keys, until)
     judged = [latest[key] for key in keys if key in latest]
     judged = [row for row in judged if row["outcome"] in JUDGED_OUTCOMES]
     references = _references(judged, policy)
@@ -240,18 +240,20 @@ _CROSS_BACKEND_OUTCOMES = (*JUDGED_OUTCOMES, stats.SUPERSEDED)
 
 
 def _latest_on(
-    shas: set[str], backends: set[str], until: dt.datetime | None
+    keys: set[LogicalKey], until: dt.datetime | None
 ) -> dict[LogicalKey, dict[str, Any]]:
-    """The latest attempt of the logical jobs on these SHAs that the rules read, as of `until`:
-    every one of `backends` (the judged keys'), and the failing or superseded ones of every other
-    backend (the cross-backend evidence; their passing jobs decide nothing). Each is its derived
-    row, re-derived from the attempts placed before `until` only on the SHAs where a later write
-    changed what the row says (`_changed_after`).
+    """The latest attempt of the logical jobs on the keys' SHAs that the rules read, as of
+    `until`: every one of a judged key's backend on that key's SHA, and the failing or
+    superseded ones of every backend (the cross-backend evidence; their passing jobs decide
+    nothing). Each is its derived row, re-derived from the attempts placed before `until` only
+    on the SHAs where a later write changed what the row says (`_changed_after`).
 
     Reading other backends' passing jobs too made a backend's gate read every job dispatched on
-    its failing SHAs, ~50 times the rows when every backend runs every SHA."""
+    its failing SHAs, ~50 times the rows when every backend runs every SHA; likewise a judged
+    backend's jobs on SHAs judged only for others, when many backends are judged at once."""
+    shas = {key[2] for key in keys}
     read = LogicalJob.objects.filter(head_sha__in=shas).filter(
-        Q(downstream__full_name__in=backends) | Q(outcome__in=_CROSS_BACKEND_OUTCOMES)
+        _of_keys_shas(keys) | Q(outcome__in=_CROSS_BACKEND_OUTCOMES)
     )
     latest = {logical_key(row): row for row in _logical_rows(read)}
     stale = _changed_after(latest, shas, until) if until is not None else set()
@@ -259,6 +261,17 @@ def _latest_on(
         latest = {key: row for key, row in latest.items() if key[2] not in stale}
         latest.update(_latest_map(_universe(stale, until)))
     return latest
+
+
+def _of_keys_shas(keys: set[LogicalKey]) -> Q:
+    """Rows of each judged backend on the SHAs judged for it (none for no keys)."""
+    shas_of: dict[str, set[str]] = defaultdict(set)
+    for key in keys:
+        shas_of[key[0]].add(key[2])
+    rows = Q(pk__in=[])
+    for backend, shas in shas_of.items():
+        rows |= Q(downstream__full_name=backend, head_sha__in=shas)
+    return rows
 
 
 def _changed_after(
@@ -305,12 +318,11 @@ def _attempts_of(
     bound = Q(placed_at__lt=until) if until is not None else Q()
     ids: dict[LogicalKey, list[int]] = defaultdict(list)
     successes: dict[LogicalKey, list[dict[str, Any]]] = defaultdict(list)
-    # Only the keys' backends: every backend runs the same SHAs, ~50 times the rows otherwise.
-    attempts = Job.objects.filter(
-        bound,
-        head_sha__in={key[2] for key in keys},
-        downstream__full_name__in={key[0] for key in keys},
-    )
+    if not keys:
+        return {}, {}
+    # Only each key's backend on its SHAs: every backend runs the same SHAs, ~50 times the rows
+    # otherwise.
+    attempts = Job.objects.filter(bound).filter(_of_keys_shas(keys))
     for values in attempts.values_list(*_ATTEMPT_FIELDS):
         row = dict(zip(("downstream", *_ATTEMPT_FIELDS[1:]), values, strict=True))
         key = logical_key(row)
