@@ -64,23 +64,24 @@ def gate_jobs_of(
     since: dt.datetime,
     as_of: dt.datetime,
 ) -> dict[int, GateJobs]:
-    """`gate_jobs` of each backend (with its exclusions), by id: their layer rows and earlier
-    rows read in one query each, whatever the number of backends."""
+    """`gate_jobs` of each backend (with its exclusions), by id: the rows the layer cannot
+    describe as of `as_of` are found for every backend in one query.
+
+    Each backend's layer rows are read by their own query: one `downstream IN (...)` read of
+    ten backends' month had PostgreSQL hash all of `hud_job` (0.3 s at 1M jobs, against
+    10 × 24 ms; docs/performance.md), and its frame would type each backend's columns from
+    the others' values."""
     ids = [downstream.id for downstream, _ in backends]
-    # The layer's own `placed_at` (its latest attempt's) selects through its (downstream,
-    # placed_at) index; the joined attempt's would scan every logical job of the backend.
-    layers = _layer_frame(
-        LogicalJob.objects.filter(
-            downstream_id__in=ids, placed_at__gte=since - FRAME_MARGIN, placed_at__lt=as_of
-        )
-    )
-    # One backend (a page, a request) needs no grouping.
-    by_backend = layers.groupby("downstream_id", sort=False) if len(ids) > 1 else [(ids[0], layers)]
-    layer_of = dict(tuple(by_backend))
     earlier = _earlier_rows(_span(ids, since, as_of), as_of)
     out = {}
     for downstream, exclusions in backends:
-        layer = layer_of.get(downstream.id, layers.iloc[:0]).drop(columns="downstream_id")
+        # The layer's own `placed_at` (its latest attempt's) selects through its (downstream,
+        # placed_at) index; the joined attempt's would scan every logical job of the backend.
+        layer = _layer_frame(
+            LogicalJob.objects.filter(
+                downstream=downstream, placed_at__gte=since - FRAME_MARGIN, placed_at__lt=as_of
+            )
+        )
         mine = [(sha, pr) for backend, sha, pr in earlier if backend == downstream.id]
         out[downstream.id] = _jobs_of(downstream, exclusions, since, as_of, layer, mine)
     return out
@@ -113,9 +114,9 @@ def _jobs_of(
 
 
 def _layer_frame(queryset) -> pd.DataFrame:
-    rows = list(queryset.values_list("downstream_id", *_LAYER_COLUMNS))
+    rows = list(queryset.values_list(*_LAYER_COLUMNS))
     columns = [column.removeprefix("latest_job__") for column in _LAYER_COLUMNS]
-    return pd.DataFrame.from_records(rows, columns=["downstream_id", *columns])
+    return pd.DataFrame.from_records(rows, columns=columns)
 
 
 def _earlier_rows(span: Q, as_of: dt.datetime) -> list[tuple[int, str, int]]:
