@@ -100,7 +100,9 @@ def _evaluate_together(backends: list[Downstream], day: dt.date) -> dict[int, Ba
         with transaction.atomic():  # a database error is rolled back to here, not further
             return evaluate_backends(backends, as_of=end_of_day(day))
     except Exception:
-        logger.warning("daily evaluation of the backends together failed; evaluating each alone")
+        logger.warning(
+            "daily evaluation of the backends together failed; evaluating each alone", exc_info=True
+        )
         return {}
 
 

@@ -19,6 +19,9 @@ from hud.levels import effective_level
 from hud.models import Downstream, GateExclusion
 from hud.reads.gate import GateJobs, gate_jobs_of
 
+# How many backends `evaluate_backends` reads and judges in one go (docs/performance.md).
+EVALUATED_TOGETHER = 10
+
 
 def level_since(downstream: Downstream, as_of: dt.datetime) -> dt.datetime | None:
     """When the level in force at `as_of` began, from the level history."""
@@ -117,10 +120,6 @@ def evaluate_backends(
         chunk = downstreams[start : start + EVALUATED_TOGETHER]
         gates_by_id.update(_evaluate(chunk, as_of, None))
     return gates_by_id
-
-
-# How many backends `evaluate_backends` reads and judges in one go (docs/performance.md).
-EVALUATED_TOGETHER = 10
 
 
 @dataclass(frozen=True)

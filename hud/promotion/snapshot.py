@@ -105,7 +105,9 @@ def refresh_all() -> int:
         with transaction.atomic():  # a database error is rolled back to here, not further
             gates_by_id = evaluate_backends(backends, now)
     except Exception:
-        logger.warning("gate refresh of every backend at once failed; evaluating each alone")
+        logger.warning(
+            "gate refresh of every backend at once failed; evaluating each alone", exc_info=True
+        )
     else:
         for downstream in backends:
             _keep(downstream.id, tokens[downstream.id], gates_by_id[downstream.id])
