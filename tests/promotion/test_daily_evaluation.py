@@ -1,6 +1,7 @@
 """Daily gate evaluations, demotion warnings with a working-day deadline, admin decisions."""
 
 import datetime as dt
+import json
 
 import pytest
 from django.core.exceptions import PermissionDenied
@@ -137,6 +138,27 @@ def test_missing_days_are_back_filled_in_order_and_the_streak_runs_through_them(
     ]  # fmt: skip
     warning = DemotionWarning.objects.get()
     assert (warning.first_failing_on, warning.deadline) == (THU, dt.date(2026, 11, 9))
+
+
+def test_each_backend_is_back_filled_from_its_own_day_and_a_failing_one_stops_at_it(
+    frozen_clock, silent, healthy, monkeypatch
+):
+    # The backends due on a day are evaluated together: a backend behind, one never evaluated
+    # (from the last finished day only) and one that fails, over three days.
+    _run(frozen_clock, THU)
+    late = backend("org/late", Level.L2, since=SINCE)
+    break_evaluation_of(monkeypatch, daily, healthy)
+    frozen_clock.set(dt.datetime(2026, 11, 9, 1, 30, tzinfo=UTC))  # Monday
+    assert promotion.daily_evaluation() == {"evaluated": 4, "warnings": 1, "failed": 1}
+    days = {
+        item.full_name: [e.day for e in item.evaluations.order_by("day")]
+        for item in (silent, healthy, late)
+    }
+    assert days == {"org/silent": [THU, FRI, SAT, SUN], "org/healthy": [THU], "org/late": [SUN]}
+    # Each stored day is the evaluation the backend gets alone as of that day's end.
+    for evaluation in GateEvaluation.objects.filter(downstream=silent, day__gt=THU):
+        alone = daily.evaluate_backends([silent], daily.end_of_day(evaluation.day))[silent.id]
+        assert evaluation.detail == json.loads(json.dumps(alone.to_dict()))
 
 
 def test_stored_evaluation_equals_the_gates_api_as_of_the_next_midnight(
