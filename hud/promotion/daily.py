@@ -64,9 +64,7 @@ def daily_evaluation(through: dt.date | None = None) -> dict[str, int]:
     day = min(first_day.values(), default=through + dt.timedelta(days=1))
     while day <= through:
         due = [downstream for downstream, first in first_day.items() if first <= day]
-        together = _evaluate_together(
-            [downstream for downstream in due if _gated_level(downstream, day) is not None], day
-        )
+        together = _evaluate_together(due, day)
         for downstream in due:
             try:
                 with transaction.atomic():  # a failure takes back its own day's writes only
@@ -91,14 +89,14 @@ def _gated_level(downstream: Downstream, day: dt.date) -> int | None:
     return None if level is None or level < Level.L2 else level
 
 
-def _evaluate_together(backends: list[Downstream], day: dt.date) -> dict[int, BackendGate]:
-    """The backends' evaluations of `day` in one go; none when that fails (each is then
-    evaluated alone, so one backend's failure is its own)."""
-    if not backends:
-        return {}
+def _evaluate_together(due: list[Downstream], day: dt.date) -> dict[int, BackendGate]:
+    """The evaluations of `day` of the backends gated that day, in one go; none when that fails
+    (each is then evaluated alone, so one backend's failure is its own). No transaction: on
+    the embedded SQLite one takes the write lock, and ingestion would wait out the whole
+    evaluation of every backend."""
     try:
-        with transaction.atomic():  # a database error is rolled back to here, not further
-            return evaluate_backends(backends, as_of=end_of_day(day))
+        gated = [downstream for downstream in due if _gated_level(downstream, day) is not None]
+        return evaluate_backends(gated, as_of=end_of_day(day)) if gated else {}
     except Exception:
         logger.warning(
             "daily evaluation of the backends together failed; evaluating each alone", exc_info=True

@@ -98,12 +98,13 @@ def refresh_all() -> int:
     is logged and left to its next view (which shows the error page as before) while the
     others are still kept. Returns how many were kept."""
     backends = list(Downstream.objects.filter(delisted=False).order_by("id"))
-    now = clock.now()
-    # The tokens are read before evaluating, as `_evaluate_and_keep` does.
+    # The tokens are read before the moment evaluated, as `_evaluate_and_keep` does: a result
+    # stored in between changes a token, so what is kept then is never served as current.
     tokens = {downstream.id: _token(downstream.id) for downstream in backends}
+    now = clock.now()
     try:
-        with transaction.atomic():  # a database error is rolled back to here, not further
-            gates_by_id = evaluate_backends(backends, now)
+        # No transaction: on the embedded SQLite one takes the write lock for the whole of it.
+        gates_by_id = evaluate_backends(backends, now)
     except Exception:
         logger.warning(
             "gate refresh of every backend at once failed; evaluating each alone", exc_info=True
@@ -115,7 +116,9 @@ def refresh_all() -> int:
     kept = 0
     for downstream in backends:
         try:
-            _evaluate_and_keep(downstream, now)
+            # Its own moment, after the token it reads: results stored while the evaluation
+            # together ran are in that token, so they must be in the evaluation too.
+            _evaluate_and_keep(downstream, clock.now())
         except Exception:
             logger.exception("gate refresh failed", extra={"downstream": downstream.full_name})
             continue

@@ -294,3 +294,43 @@ def test_one_backend_whose_evaluation_fails_does_not_stop_the_periodic_refresh(
     assert periodic.PERIODIC_JOBS["refresh_gates"]() == 1  # npu kept, the broken one logged
     assert not promotion.current_gate(npu, NOW).behind
     assert [r.message for r in caplog.records if r.levelname == "ERROR"] == ["gate refresh failed"]
+
+
+@pytest.mark.parametrize("together_fails", [False, True])
+@pytest.mark.parametrize("stored_while", ["reading_tokens", "evaluating"])
+def test_a_result_stored_while_the_refresh_runs_is_never_missing_from_a_current_gate(
+    npu, frozen_clock, monkeypatch, together_fails, stored_while
+):
+    # Another process stores a result as the refresh reads npu's token, or while the
+    # evaluation together runs (or fails after a while): the gate kept must count the result,
+    # or be served behind.
+    live_token, live_many = snapshot._token, snapshot.evaluate_backends
+    stored = []
+
+    def store_once(when: str) -> None:
+        if when == stored_while and not stored:
+            frozen_clock.advance(seconds=1)
+            stored.append(report(npu, "failure"))
+            frozen_clock.advance(seconds=1)
+
+    def token(downstream_id):
+        store_once("reading_tokens")
+        return live_token(downstream_id)
+
+    def slow(downstreams, as_of=None):
+        store_once("evaluating")
+        frozen_clock.advance(seconds=20)
+        if together_fails:
+            raise RuntimeError("statement timeout")
+        return live_many(downstreams, as_of)
+
+    monkeypatch.setattr(snapshot, "_token", token)
+    monkeypatch.setattr(snapshot, "evaluate_backends", slow)
+    assert snapshot.refresh_all() == 1
+    assert stored
+    monkeypatch.setattr(snapshot, "_token", live_token)
+    later = frozen_clock() + dt.timedelta(seconds=5)
+    view = promotion.current_gate(npu, later)
+    kept = criterion(view.gate.to_dict(), "job_pass_rate")["n"]
+    live = criterion(promotion.evaluate_backend(npu, later).to_dict(), "job_pass_rate")["n"]
+    assert view.behind or kept == live
