@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-from django.db.models import Count, DateTimeField, ExpressionWrapper, Max, OuterRef, Q, Subquery
+from django.db.models import DateTimeField, ExpressionWrapper, OuterRef, Q, Subquery
 
 from hud import stats
 from hud.attribution.identity import (
@@ -176,20 +176,24 @@ def _cross_commit_rows(
         )
         row["signature"] = failure_signature(row["message"])
         failures[(row["job__downstream_id"], test)].append(row)
+    # Each completed run, not a count per head SHA over the union of every judged job's window:
+    # a judged job counts the runs in its own window only, so its verdict does not depend on
+    # which other jobs (of its backend or another) are judged in the same call.
     runs: dict[tuple[int, str, str], list[dict]] = defaultdict(list)
-    for row in (
-        Job.objects.filter(
-            in_window,
-            status=Job.Status.COMPLETED,
-            job_name__in={row["job_name"] for row in judged},
-        )
-        .values("downstream_id", "workflow_name", "job_name", "head_sha", "pr_number", "event_type")
-        .annotate(
-            last=Max("placed_at"),
-            failed=Count("id", filter=Q(conclusion=Job.Conclusion.FAILURE)),
-        )
+    for row in Job.objects.filter(
+        in_window, status=Job.Status.COMPLETED, job_name__in={row["job_name"] for row in judged}
+    ).values(
+        "downstream_id",
+        "workflow_name",
+        "job_name",
+        "head_sha",
+        "pr_number",
+        "event_type",
+        "placed_at",
+        "conclusion",
     ):
         row["origin"] = origin_of(row["pr_number"], row["event_type"], row["head_sha"])
+        row["failed"] = row["conclusion"] == Job.Conclusion.FAILURE
         runs[(row["downstream_id"], row["workflow_name"], row["job_name"])].append(row)
     return failures, runs
 
@@ -460,12 +464,14 @@ def _cross_commit(row: dict, loaded: _Loaded, policy: AttributionPolicy) -> dict
         for run in loaded.runs.get(
             (row["downstream_id"], row["workflow_name"], row["job_name"]), []
         )
-        if start <= run["last"] < end
+        if start <= run["placed_at"] < end
     ]
     ran = {r["origin"] for r in runs} - {mine}
     job_failed = {r["origin"] for r in runs if r["failed"]} - {mine}
-    job_reproduced = sum(
-        r["failed"] - (r["head_sha"] == row["head_sha"]) for r in runs if r["origin"] == mine
+    # This origin's failed runs but the judged job's own (its head SHA counted once).
+    on_mine = [r for r in runs if r["origin"] == mine]
+    job_reproduced = sum(r["failed"] for r in on_mine) - any(
+        r["head_sha"] == row["head_sha"] for r in on_mine
     )
     tests = []
     signatures: dict[str, set[str]] = defaultdict(set)
