@@ -14,22 +14,23 @@ from tests.attribution.conftest import DAY, HOUR, NOW, sha
 A, B = "org/npu", "org/spyre"
 
 
-def _unrelated_greens(h) -> None:
+def _two_backends_with_an_old_rerun(h, pr: int) -> None:
+    """A and B; A's job green on four unrelated PRs, and PR `pr` failed 16 days back (outside a
+    job's window judged now) with its re-run passed 13 days back (inside)."""
+    h.backend(A, Level.L2)
+    h.backend(B, Level.L2)
     for index in range(4):
         h.job(A, at=NOW - (2 + index) * DAY, head=sha(f"ok-{index}"), pr=10 + index,
               conclusion="success")  # fmt: skip
+    h.job(A, at=NOW - 16 * DAY, head=sha(f"pr{pr}-old"), pr=pr, run_id=555, attempt=1)
+    h.job(A, at=NOW - 13 * DAY, head=sha(f"pr{pr}-old"), pr=pr, run_id=555, attempt=2,
+          conclusion="success")  # fmt: skip
 
 
 def test_a_verdict_counts_the_runs_in_its_own_window_whatever_else_is_judged(history):
     h = history
-    h.backend(A, Level.L2)
-    h.backend(B, Level.L2)
-    _unrelated_greens(h)
-    # An earlier push of PR 1 failed 16 days back (outside the judged job's window); its
-    # re-run passed 13 days back (inside). The judged job has no failed tests.
-    h.job(A, at=NOW - 16 * DAY, head=sha("pr1-old"), pr=1, run_id=555, attempt=1)
-    h.job(A, at=NOW - 13 * DAY, head=sha("pr1-old"), pr=1, run_id=555, attempt=2,
-          conclusion="success")  # fmt: skip
+    # The old failure is an earlier push of the judged job's own PR; it has no failed tests.
+    _two_backends_with_an_old_rerun(h, pr=1)
     judged = h.job(A, at=NOW - HOUR, head=sha("pr1-new"), pr=1)
     other = h.job(B, at=NOW - 10 * DAY, head=sha("b"), pr=2)
     alone = attribution.verdicts_for([{"id": judged, **_key_of(judged)}], until=NOW)
@@ -44,13 +45,7 @@ def test_a_verdict_counts_the_runs_in_its_own_window_whatever_else_is_judged(his
 
 def test_a_corroborated_breakage_is_excluded_from_the_gate_alone_and_together(history):
     h = history
-    h.backend(A, Level.L2)
-    h.backend(B, Level.L2)
-    _unrelated_greens(h)
-    # Another PR failed 16 days back and passed on re-run 13 days back.
-    h.job(A, at=NOW - 16 * DAY, head=sha("pr20"), pr=20, run_id=555, attempt=1)
-    h.job(A, at=NOW - 13 * DAY, head=sha("pr20"), pr=20, run_id=555, attempt=2,
-          conclusion="success")  # fmt: skip
+    _two_backends_with_an_old_rerun(h, pr=20)  # another PR's
     # PR 1 breaks both backends on the same SHA; B failed another PR 10 days back.
     breaking = h.job(A, at=NOW - HOUR, head=sha("pr1"), pr=1)
     h.job(B, at=NOW - HOUR, head=sha("pr1"), pr=1)
