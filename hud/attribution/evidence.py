@@ -140,8 +140,8 @@ def _tests_of(loaded: _Loaded, job_id: int) -> list[dict[str, Any]]:
 def _cross_commit_rows(
     judged: list[dict[str, Any]], policy: AttributionPolicy, judged_at: dt.datetime
 ) -> tuple[dict[tuple[int, str], list[dict]], dict[tuple[int, str, str], list[dict]]]:
-    """Two aggregate reads over the judged jobs' window (before and after, never past
-    `judged_at`): every failure of their tests on their backends, and their jobs' runs."""
+    """Two reads over the judged jobs' window (before and after, never past `judged_at`): every
+    failure of their tests on their backends, and every completed run of their jobs."""
     if not judged:
         return {}, {}
     window = dt.timedelta(days=policy.test_window_days)
