@@ -322,8 +322,6 @@ def _attempts_of(
     bound = Q(placed_at__lt=until) if until is not None else Q()
     ids: dict[LogicalKey, list[int]] = defaultdict(list)
     successes: dict[LogicalKey, list[dict[str, Any]]] = defaultdict(list)
-    if not keys:
-        return {}, {}
     # Only each key's backend on its SHAs: every backend runs the same SHAs, ~50 times the rows
     # otherwise.
     attempts = Job.objects.filter(bound).filter(_of_keys_shas(keys))

@@ -76,10 +76,7 @@ def adjusted_pass_rates(
     windows = _windows(windows)
     latest = prepared.latest
     excluded = [_excluded_item(item) for item in verdicts if excluded_from_gate(item)]
-    excluded_keys = [
-        (e["downstream"], e["event_type"], e["head_sha"], e["workflow_name"], e["job_name"])
-        for e in excluded
-    ]
+    excluded_keys = [logical_key(e) for e in excluded]
     adjusted = prepared
     if excluded_keys:
         dropped = pd.MultiIndex.from_frame(latest[stats.LOGICAL_JOB_KEY]).isin(excluded_keys)

@@ -18,6 +18,7 @@ take out whole logical jobs first.
 from __future__ import annotations
 
 import datetime as dt
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -71,19 +72,17 @@ def gate_jobs_of(
     ten backends' month had PostgreSQL hash all of `hud_job` (0.3 s at 1M jobs, against
     10 × 24 ms; docs/performance.md), and its frame would type each backend's columns from
     the others' values."""
+    earlier: dict[int, list[tuple[str, int]]] = defaultdict(list)
     ids = [downstream.id for downstream, _ in backends]
-    earlier = _earlier_rows(_span(ids, since, as_of), as_of)
+    for backend, sha, pr in _earlier_rows(_span(ids, since, as_of), as_of):
+        earlier[backend].append((sha, pr))
     out = {}
     for downstream, exclusions in backends:
+        span = _span([downstream.id], since, as_of)
         # The layer's own `placed_at` (its latest attempt's) selects through its (downstream,
         # placed_at) index; the joined attempt's would scan every logical job of the backend.
-        layer = _layer_frame(
-            LogicalJob.objects.filter(
-                downstream=downstream, placed_at__gte=since - FRAME_MARGIN, placed_at__lt=as_of
-            )
-        )
-        mine = [(sha, pr) for backend, sha, pr in earlier if backend == downstream.id]
-        out[downstream.id] = _jobs_of(downstream, exclusions, since, as_of, layer, mine)
+        layer = _layer_frame(LogicalJob.objects.filter(span))
+        out[downstream.id] = _jobs_of(downstream, exclusions, span, layer, earlier[downstream.id])
     return out
 
 
@@ -94,13 +93,12 @@ def _span(ids: Sequence[int], since: dt.datetime, as_of: dt.datetime) -> Q:
 def _jobs_of(
     downstream: Downstream,
     exclusions: Sequence[GateExclusion],
-    since: dt.datetime,
-    as_of: dt.datetime,
+    span: Q,
     layer: pd.DataFrame,
     earlier: list[tuple[str, int]],
 ) -> GateJobs:
-    """One backend's `GateJobs` from its layer rows and earlier rows (`_earlier_rows`)."""
-    span = _span([downstream.id], since, as_of)
+    """One backend's `GateJobs` from its layer rows and earlier rows (`_earlier_rows`) in
+    `span`."""
     excluded, taken = _excluded_keys(span, exclusions)
     superseded = layer[layer["outcome"] == stats.SUPERSEDED]
     attempts = _attempt_frame(span, earlier, superseded)
