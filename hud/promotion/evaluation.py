@@ -21,6 +21,8 @@ from hud.reads.gate import GateJobs, gate_jobs_of
 
 # How many backends `evaluate_backends` reads and judges in one go (docs/performance.md).
 EVALUATED_TOGETHER = 10
+# The on-call responsiveness metric, which the evaluation supplies (gates.CALLER_METRICS).
+ONCALL_METRIC = "oncall_response_p50_hours"
 
 
 def level_since(downstream: Downstream, as_of: dt.datetime) -> dt.datetime | None:
@@ -55,8 +57,9 @@ def _describe_exclusion(item: GateExclusion, rows: int) -> dict[str, Any]:
     }
 
 
-def oncall_response_hours(frame: pd.DataFrame) -> list[float]:
-    """Hours from each failed PR attempt to the backend's next attempt of that logical job."""
+def oncall_response_hours(frame: pd.DataFrame, since: dt.datetime | None = None) -> list[float]:
+    """Hours from each failed PR attempt (placed at or after `since`, when given) to the
+    backend's next attempt of that logical job."""
     prs = frame[(frame["event_type"] == "pull_request") & (frame["status"] == "completed")]
     if prs.empty:
         return []
@@ -64,6 +67,10 @@ def oncall_response_hours(frame: pd.DataFrame) -> list[float]:
     # The next attempt of the same logical job, in attempt order (NaT for the last one).
     following = ordered.groupby(stats.LOGICAL_JOB_KEY, sort=False)["placed_at"].shift(-1)
     answered = (ordered["conclusion"] == "failure") & following.notna()
+    if since is not None:
+        # Paired first, then windowed: a failure in the window is answered by its next attempt
+        # wherever a skewed clock placed that one.
+        answered &= ordered["placed_at"] >= pd.Timestamp(since)
     seconds = (following[answered] - ordered.loc[answered, "placed_at"]).dt.total_seconds()
     return (seconds.clip(lower=0.0) / 3600.0).tolist()
 
@@ -178,11 +185,21 @@ def _metrics_of(
     target_label = (
         f"L{target_level}" if target_level is not None else gates.next_level(current_label)
     )
+    criteria = (
+        *policy.promotion_criteria(target_label or ""),
+        *policy.demotion_criteria(current_label),
+    )
     extra = {
-        # Only a logical job with more than one attempt has a response to measure.
-        "oncall_response_p50_hours": stats.percentile_estimate(
-            oncall_response_hours(jobs.attempts), 0.5, min_n=1, unit="hours"
+        # Only a logical job with more than one attempt has a response to measure. Computed for
+        # the criteria that name it (an L3 backend's, targeting L4), over each one's window.
+        gates.metric_key(c.metric, c.window_days): stats.percentile_estimate(
+            oncall_response_hours(jobs.attempts, as_of - dt.timedelta(days=c.window_days)),
+            0.5,
+            min_n=1,
+            unit="hours",
         )
+        for c in criteria
+        if c.metric == ONCALL_METRIC
     }
     metrics = gates.gate_metrics(
         jobs.prepared,
@@ -194,14 +211,7 @@ def _metrics_of(
         extra=extra,
     )
     # Gate-adjusted pass rate (issue 7): shown always; decided on when the policy says so.
-    pass_rate_windows = {
-        c.window_days
-        for c in (
-            *policy.promotion_criteria(target_label or ""),
-            *policy.demotion_criteria(current_label),
-        )
-        if c.metric == "job_pass_rate"
-    }
+    pass_rate_windows = {c.window_days for c in criteria if c.metric == "job_pass_rate"}
     judged = attribution.judged_keys(jobs.prepared, pass_rate_windows, as_of)
     return _Pending(
         downstream,

@@ -78,6 +78,8 @@ def _both_ways(backend, as_of: dt.datetime) -> None:
     assert stats.last_result_at(jobs.prepared) == stats.last_result_at(reference)
     hours = promotion.oncall_response_hours
     assert hours(jobs.attempts) == hours(stats.as_of(frame, as_of))
+    since = as_of - dt.timedelta(days=14)
+    assert hours(jobs.attempts, since) == hours(stats.as_of(frame, as_of), since)
     policy = promotion.gate_policy()
     for current, target in (("L2", "L3"), ("L3", "L4")):
         arguments = {"current_level": current, "target_level": target, "as_of": as_of}

@@ -1,5 +1,6 @@
 """On-call responsiveness: hours from a failed PR attempt to the next attempt of that job."""
 
+import datetime as dt
 import itertools
 import random
 
@@ -7,6 +8,13 @@ import pandas as pd
 import pytest
 
 from hud import promotion, stats
+from hud.core.payload import parse_callback
+from hud.ingestion import ingest
+from hud.models import Level
+from hud.promotion import evaluation
+from tests.conftest import NOW
+from tests.promotion import backend
+from tests.support import builders
 
 T0 = pd.Timestamp("2026-03-02 08:00", tz="UTC")
 
@@ -107,3 +115,45 @@ def test_oncall_response_hours_of_no_pr_attempts_is_empty():
 
 def test_oncall_response_hours_are_plain_floats():
     assert all(type(h) is float for h in promotion.oncall_response_hours(HAND_BUILT))
+
+
+def test_oncall_response_hours_since_keep_the_failures_placed_from_then():
+    # Paired over every attempt first: job d's failure at 0 h is answered at 3 h, not counted.
+    since = (T0 + pd.Timedelta(hours=1)).to_pydatetime()
+    assert promotion.oncall_response_hours(HAND_BUILT, since) == [0.5, 0.0]
+
+
+def _failed_then_rerun(downstream, frozen_clock, number: int, hours: float) -> None:
+    """A PR job failing, re-run (attempt 2 of the same run) `hours` later and passing."""
+    for attempt, conclusion in ((1, "failure"), (2, "success")):
+        body = builders.callback_body(
+            downstream.full_name,
+            status="completed",
+            conclusion=conclusion,
+            delivery_id=f"oncall-{number}-{attempt}",
+            payload=builders.pr_payload(number=number, sha=f"{number:040x}"),
+            run_id=7_000 + number,
+            run_attempt=attempt,
+        )
+        ingest.store(downstream, parse_callback(body, downstream.full_name), source="callback")
+        if attempt == 1:
+            frozen_clock.advance(hours=hours)
+
+
+@pytest.mark.django_db
+def test_an_l3_gate_measures_on_call_responses_over_its_criterion_window(frozen_clock):
+    npu = backend("org/npu", Level.L3, since=NOW - dt.timedelta(days=90))
+    for number in (1, 2, 3):  # slow answers, more than 28 days before the evaluation
+        _failed_then_rerun(npu, frozen_clock, number, hours=10)
+    frozen_clock.advance(days=10)
+    for number in (4, 5, 6):  # quick answers inside the 28-day window
+        _failed_then_rerun(npu, frozen_clock, number, hours=1)
+    as_of = frozen_clock.advance(days=21)
+
+    gate = promotion.evaluate_backend(npu, as_of=as_of)
+
+    assert gate.evaluation.target_level == "L4"
+    (oncall,) = [c for c in gate.evaluation.criteria if c.metric == evaluation.ONCALL_METRIC]
+    assert oncall.window_days == 28
+    # The three slow answers are in the 31 days the gate reads, but not in the criterion's 28.
+    assert (oncall.n, oncall.value) == (3, 1.0)
