@@ -189,17 +189,17 @@ def _metrics_of(
         *policy.promotion_criteria(target_label or ""),
         *policy.demotion_criteria(current_label),
     )
+    # Only a logical job with more than one attempt has a response to measure. Computed for the
+    # criteria that name it (an L3 backend's, targeting L4), once per window they use.
+    oncall_windows = {c.window_days for c in criteria if c.metric == ONCALL_METRIC}
     extra = {
-        # Only a logical job with more than one attempt has a response to measure. Computed for
-        # the criteria that name it (an L3 backend's, targeting L4), over each one's window.
-        gates.metric_key(c.metric, c.window_days): stats.percentile_estimate(
-            oncall_response_hours(jobs.attempts, as_of - dt.timedelta(days=c.window_days)),
+        gates.metric_key(ONCALL_METRIC, days): stats.percentile_estimate(
+            oncall_response_hours(jobs.attempts, as_of - dt.timedelta(days=days)),
             0.5,
             min_n=1,
             unit="hours",
         )
-        for c in criteria
-        if c.metric == ONCALL_METRIC
+        for days in oncall_windows
     }
     metrics = gates.gate_metrics(
         jobs.prepared,

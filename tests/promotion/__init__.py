@@ -59,16 +59,26 @@ def backend(
     return item
 
 
-def report(downstream: Downstream, conclusion: str = "success", job_name: str = "test-ops") -> int:
-    """One completed job (its own delivery, SHA and run) received now through ingest.store."""
-    number = next(_serial)
+def report(
+    downstream: Downstream,
+    conclusion: str = "success",
+    job_name: str = "test-ops",
+    *,
+    number: int | None = None,
+    run_attempt: int = 1,
+) -> int:
+    """One completed attempt received now through ingest.store: by default a job of its own
+    (delivery, PR, SHA and run); with `number` and a later `run_attempt`, a re-run of that PR's
+    job."""
+    number = next(_serial) if number is None else number
     body = builders.callback_body(
         downstream.full_name,
         status="completed",
         conclusion=conclusion,
-        delivery_id=f"delivery-{number}",
+        delivery_id=f"delivery-{number}-{run_attempt}",
         payload=builders.pr_payload(number=number, sha=f"{number:040x}"),
         run_id=100_000 + number,
+        run_attempt=run_attempt,
         job_name=job_name,
     )
     outcome = ingest.store(

@@ -8,13 +8,10 @@ import pandas as pd
 import pytest
 
 from hud import promotion, stats
-from hud.core.payload import parse_callback
-from hud.ingestion import ingest
 from hud.models import Level
 from hud.promotion import evaluation
 from tests.conftest import NOW
-from tests.promotion import backend
-from tests.support import builders
+from tests.promotion import backend, report
 
 T0 = pd.Timestamp("2026-03-02 08:00", tz="UTC")
 
@@ -125,28 +122,18 @@ def test_oncall_response_hours_since_keep_the_failures_placed_from_then():
 
 def _failed_then_rerun(downstream, frozen_clock, number: int, hours: float) -> None:
     """A PR job failing, re-run (attempt 2 of the same run) `hours` later and passing."""
-    for attempt, conclusion in ((1, "failure"), (2, "success")):
-        body = builders.callback_body(
-            downstream.full_name,
-            status="completed",
-            conclusion=conclusion,
-            delivery_id=f"oncall-{number}-{attempt}",
-            payload=builders.pr_payload(number=number, sha=f"{number:040x}"),
-            run_id=7_000 + number,
-            run_attempt=attempt,
-        )
-        ingest.store(downstream, parse_callback(body, downstream.full_name), source="callback")
-        if attempt == 1:
-            frozen_clock.advance(hours=hours)
+    report(downstream, "failure", number=number)
+    frozen_clock.advance(hours=hours)
+    report(downstream, number=number, run_attempt=2)
 
 
 @pytest.mark.django_db
 def test_an_l3_gate_measures_on_call_responses_over_its_criterion_window(frozen_clock):
     npu = backend("org/npu", Level.L3, since=NOW - dt.timedelta(days=90))
-    for number in (1, 2, 3):  # slow answers, more than 28 days before the evaluation
+    for number in (9_001, 9_002, 9_003):  # slow answers, more than 28 days before the evaluation
         _failed_then_rerun(npu, frozen_clock, number, hours=10)
     frozen_clock.advance(days=10)
-    for number in (4, 5, 6):  # quick answers inside the 28-day window
+    for number in (9_004, 9_005, 9_006):  # quick answers inside the 28-day window
         _failed_then_rerun(npu, frozen_clock, number, hours=1)
     as_of = frozen_clock.advance(days=21)
 
