@@ -66,7 +66,9 @@ FORCE:
 ## The system checks ran in migrate; the server skips them to answer sooner.
 run: $(DEMO_STAMP)
 	@echo "Serving CRCR HUD on http://$(HOST):$(PORT)/  (Ctrl-C to stop)"
-	@trap 'kill 0' INT TERM EXIT; \
+	@# Stopping takes the periodic loop down too; each trap is cleared first, or the shell's own
+	@# TERM from `kill 0` re-entered it until bash crashed ("Segmentation fault" on Ctrl-C).
+	@trap 'trap - INT TERM EXIT; kill 0' INT TERM EXIT; \
 	$(PY) manage.py run_periodic --loop >/dev/null & \
 	$(PY) manage.py runserver --noreload --skip-checks $(HOST):$(PORT)
 
