@@ -43,9 +43,12 @@ from hud.attribution.drilldown import (
 from hud.attribution.evidence import ORIGIN_WORDS
 from hud.attribution.gate import (
     adjusted_pass_rates,
+    adjusted_pass_rates_of_counts,
     excluded_from_gate,
     gate_adjusted_pass_rates,
     judged_keys,
+    layer_judged_keys,
+    pass_rate_windows,
 )
 from hud.attribution.identity import (
     LogicalKey,
@@ -102,6 +105,7 @@ __all__ = [
     "Signature",
     "above",
     "adjusted_pass_rates",
+    "adjusted_pass_rates_of_counts",
     "commit_view",
     "excluded_from_gate",
     "failed_test_history",
@@ -111,11 +115,13 @@ __all__ = [
     "gate_adjusted_pass_rates",
     "index_by_job",
     "judged_keys",
+    "layer_judged_keys",
     "load_attribution_policy",
     "load_signatures",
     "logical_key",
     "origin_of",
     "parse_signatures",
+    "pass_rate_windows",
     "signature_text",
     "signatures_path",
     "split_failed_test_id",

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -14,6 +14,8 @@ from hud import gates, stats
 from hud.attribution.identity import LogicalKey, logical_key
 from hud.attribution.policy import BROKEN_DOWNSTREAM, INFRA, JUDGED_OUTCOMES, UPSTREAM_LIKELY
 from hud.attribution.verdicts import verdicts_of
+from hud.models import Downstream, LogicalJob
+from hud.reads.gate_counts import BackendCounts
 
 
 def excluded_from_gate(item: Mapping[str, Any]) -> bool:
@@ -55,7 +57,7 @@ def judged_keys(
     get alone (every rule reads its own key's evidence), so evaluations of many backends judge
     them together (`hud.promotion.evaluate_backends`)."""
     latest = prepared.latest
-    longest = as_of - dt.timedelta(days=_windows(windows)[-1])
+    longest = as_of - dt.timedelta(days=pass_rate_windows(windows)[-1])
     candidates = latest[
         latest["outcome"].isin(JUDGED_OUTCOMES)
         & (latest["placed_at"] >= pd.Timestamp(longest))
@@ -73,19 +75,82 @@ def adjusted_pass_rates(
     min_n: int = stats.DEFAULT_MIN_N,
 ) -> dict[str, Any]:
     """`gate_adjusted_pass_rates` from the verdicts of (at least) `judged_keys`."""
-    windows = _windows(windows)
     latest = prepared.latest
-    excluded = [_excluded_item(item) for item in verdicts if excluded_from_gate(item)]
+    excluded = _excluded(verdicts)
     excluded_keys = [logical_key(e) for e in excluded]
     adjusted = prepared
     if excluded_keys:
         dropped = pd.MultiIndex.from_frame(latest[stats.LOGICAL_JOB_KEY]).isin(excluded_keys)
         adjusted = replace(prepared, latest=latest[~dropped])
+    return _rates(
+        windows,
+        as_of,
+        excluded,
+        lambda start: stats.pass_rate(prepared, start, as_of, min_n=min_n),
+        lambda start: stats.pass_rate(adjusted, start, as_of, min_n=min_n),
+    )
+
+
+def layer_judged_keys(
+    backends: Iterable[tuple[Downstream, Iterable[int]]], as_of: dt.datetime
+) -> dict[int, set[LogicalKey]]:
+    """`judged_keys` of each backend (with its pass-rate windows) from the derived layer, for
+    backends it describes as of `as_of` (`hud.reads.gate_counts`), in one read."""
+    names, starts = {}, {}
+    for backend, windows in backends:
+        names[backend.id] = backend.full_name
+        starts[backend.id] = as_of - dt.timedelta(days=pass_rate_windows(windows)[-1])
+    rows = LogicalJob.objects.filter(
+        downstream_id__in=list(names),
+        outcome__in=JUDGED_OUTCOMES,
+        placed_at__gte=min(starts.values(), default=as_of),
+        placed_at__lt=as_of,
+    ).values_list("downstream_id", "placed_at", *stats.LOGICAL_JOB_KEY[1:])
+    out: dict[int, set[LogicalKey]] = {backend: set() for backend in names}
+    for backend, placed_at, *key in rows:
+        if placed_at >= starts[backend]:
+            out[backend].add((names[backend], *key))
+    return out
+
+
+def adjusted_pass_rates_of_counts(
+    counts: BackendCounts,
+    windows: Iterable[int],
+    verdicts: Iterable[Mapping[str, Any]],
+    *,
+    min_n: int = stats.DEFAULT_MIN_N,
+) -> dict[str, Any]:
+    """`adjusted_pass_rates` of a backend the layer describes, from its counts."""
+    excluded = _excluded(verdicts)
+    adjusted = counts.without(
+        (dt.datetime.fromisoformat(item["placed_at"]), item["outcome"]) for item in excluded
+    )
+    return _rates(
+        windows,
+        counts.as_of,
+        excluded,
+        lambda start: counts.metric("job_pass_rate", start, min_n),
+        lambda start: adjusted.metric("job_pass_rate", start, min_n),
+    )
+
+
+def _excluded(verdicts: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [_excluded_item(item) for item in verdicts if excluded_from_gate(item)]
+
+
+def _rates(
+    windows: Iterable[int],
+    as_of: dt.datetime,
+    excluded: list[dict[str, Any]],
+    raw_rate: Callable[[dt.datetime], stats.Estimate],
+    adjusted_rate: Callable[[dt.datetime], stats.Estimate],
+) -> dict[str, Any]:
+    """The raw and adjusted pass rate of each window (rates over [start, as_of))."""
+    windows = pass_rate_windows(windows)
     estimates = {}
     for days in windows:
         start = as_of - dt.timedelta(days=days)
-        raw = stats.pass_rate(prepared, start, as_of, min_n=min_n)
-        estimate = stats.pass_rate(adjusted, start, as_of, min_n=min_n)
+        raw, estimate = raw_rate(start), adjusted_rate(start)
         estimates[gates.metric_key("job_pass_rate", days)] = {
             "raw": raw,
             "adjusted": replace(
@@ -95,7 +160,8 @@ def adjusted_pass_rates(
     return {"windows": windows, "estimates": estimates, "excluded": excluded}
 
 
-def _windows(windows: Iterable[int]) -> list[int]:
+def pass_rate_windows(windows: Iterable[int]) -> list[int]:
+    """The windows (days) of the adjusted pass rate: the criteria's, else 14."""
     return sorted(set(windows)) or [14]
 
 

@@ -276,7 +276,29 @@ def _lookup(metrics: Mapping[str, Estimate], criterion: Criterion) -> Estimate |
 
 
 def gate_metrics(
-    df: stats.Jobs,
+    df: stats.Jobs, policy: Policy, *, as_of: dt.datetime, **facts: Any
+) -> dict[str, Estimate]:
+    """Every metric the criteria of the target and current level need, as of `as_of`; `facts`
+    are `windowed_metrics`' level facts (current_level, target_level, level_since, extra).
+
+    `df` is a jobs frame, or jobs already prepared as of `as_of` (`hud.reads.gate_jobs`).
+    """
+    if isinstance(df, stats.PreparedJobs):
+        as_of_frame = df
+    else:
+        as_of_frame = stats.prepare(stats.as_of(df, as_of))
+    return windowed_metrics(
+        lambda name, start: stats.compute_metric(name, as_of_frame, start, as_of),
+        stats.last_result_at(as_of_frame),
+        policy,
+        as_of=as_of,
+        **facts,
+    )
+
+
+def windowed_metrics(
+    compute: Callable[[str, dt.datetime], Estimate],
+    last_result: dt.datetime | None,
     policy: Policy,
     *,
     current_level: str,
@@ -285,14 +307,8 @@ def gate_metrics(
     level_since: dt.datetime | None = None,
     extra: Mapping[str, Estimate] | None = None,
 ) -> dict[str, Estimate]:
-    """Every metric the criteria of `target_level` and `current_level` need, as of `as_of`.
-
-    `df` is a jobs frame, or jobs already prepared as of `as_of` (`hud.reads.gate_jobs`).
-    """
-    if isinstance(df, stats.PreparedJobs):
-        as_of_frame = df
-    else:
-        as_of_frame = stats.prepare(stats.as_of(df, as_of))
+    """`gate_metrics` from `compute(metric, window start)`, which gives a `stats` metric over
+    [start, as_of), and the last result's time (None: never)."""
     criteria = [
         *policy.promotion_criteria(target_level or ""),
         *policy.demotion_criteria(current_level),
@@ -301,14 +317,12 @@ def gate_metrics(
     for criterion in criteria:
         key = metric_key(criterion.metric, criterion.window_days)
         if criterion.metric in stats.METRIC_NAMES and key not in out:
-            start = as_of - dt.timedelta(days=criterion.window_days)
-            out[key] = stats.compute_metric(criterion.metric, as_of_frame, start, as_of)
+            out[key] = compute(criterion.metric, as_of - dt.timedelta(days=criterion.window_days))
     if level_since is not None:
         out["days_at_level"] = stats.exact_count(
             int((as_of - level_since).total_seconds() // 86400), "days"
         )
-    last = stats.last_result_at(as_of_frame)
-    reference = last if last is not None else level_since
+    reference = last_result if last_result is not None else level_since
     if reference is not None:
         # Never reported: the silence is counted from when the level started.
         out["days_since_last_result"] = stats.exact_count(

@@ -6,7 +6,8 @@ it per day (`hud.promotion.daily`).
 """
 
 import datetime as dt
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from hud import attribution, gates, levels, stats
 from hud.core import clock
 from hud.levels import effective_level
 from hud.models import Downstream, GateExclusion
+from hud.reads import gate_counts
 from hud.reads.gate import GateJobs, gate_jobs_of
 
 # How many backends `evaluate_backends` reads and judges in one go (docs/performance.md).
@@ -138,48 +140,39 @@ class _Pending:
     current_label: str
     target_label: str | None
     exclusions: list[GateExclusion]
-    jobs: GateJobs
+    excluded_attempts: list[int]
     metrics: dict[str, Any]
-    pass_rate_windows: set[int]
     judged: set[attribution.LogicalKey]
+    # The raw and adjusted pass rates from the verdicts of (at least) `judged`.
+    adjusted_of: Callable[[list[dict[str, Any]]], dict[str, Any]]
 
 
-def _evaluate(
-    downstreams: list[Downstream], as_of: dt.datetime, target_level: int | None
-) -> dict[int, BackendGate]:
-    policy = gate_policy()
-    horizon = max(
-        (c.window_days for lvl in policy.levels.values() for c in (*lvl.promotion, *lvl.demotion)),
-        default=30,
-    )
-    exclusions = {
-        downstream.id: list(downstream.exclusions.order_by("created_at"))
-        for downstream in downstreams
-    }
-    jobs = gate_jobs_of(
-        [(downstream, exclusions[downstream.id]) for downstream in downstreams],
-        as_of - dt.timedelta(days=horizon + 1),
-        as_of,
-    )
-    pending = [
-        _metrics_of(
-            downstream, policy, as_of, target_level, exclusions[downstream.id], jobs[downstream.id]
-        )
-        for downstream in downstreams
-    ]
-    keys = set().union(*(item.judged for item in pending))
-    verdicts = attribution.verdicts_of(keys, until=as_of) if keys else []
-    return {item.downstream.id: _finish(item, verdicts, as_of) for item in pending}
+@dataclass(frozen=True)
+class _Plan:
+    """What a backend is evaluated on: its levels and the criteria they name."""
+
+    downstream: Downstream
+    current_label: str
+    target_label: str | None
+    criteria: tuple[gates.Criterion, ...]
+    exclusions: list[GateExclusion]
+
+    def windows(self, metric: str) -> set[int]:
+        return {c.window_days for c in self.criteria if c.metric == metric}
+
+    def facts(self, as_of: dt.datetime) -> dict[str, Any]:
+        """The level facts `gates.windowed_metrics` takes, as of `as_of`."""
+        return {
+            "current_level": self.current_label,
+            "target_level": self.target_label,
+            "as_of": as_of,
+            "level_since": level_since(self.downstream, as_of),
+        }
 
 
-def _metrics_of(
-    downstream: Downstream,
-    policy: gates.Policy,
-    as_of: dt.datetime,
-    target_level: int | None,
-    exclusions: list[GateExclusion],
-    jobs: GateJobs,
-) -> _Pending:
+def _plan(
+    downstream: Downstream, policy: gates.Policy, as_of: dt.datetime, target_level: int | None
+) -> _Plan:
     current = levels.level_at(downstream, as_of) or downstream.level
     current_label = f"L{current}"
     target_label = (
@@ -189,9 +182,92 @@ def _metrics_of(
         *policy.promotion_criteria(target_label or ""),
         *policy.demotion_criteria(current_label),
     )
+    exclusions = list(downstream.exclusions.order_by("created_at"))
+    return _Plan(downstream, current_label, target_label, criteria, exclusions)
+
+
+def _evaluate(
+    downstreams: list[Downstream], as_of: dt.datetime, target_level: int | None
+) -> dict[int, BackendGate]:
+    """Backends the derived layer describes as of `as_of` are evaluated from counts read in
+    SQL (`hud.reads.gate_counts`); the others (an attempt placed since, exclusions, a metric
+    counts cannot give) from their prepared jobs (`hud.reads.gate`). Both give the same
+    evaluation (tests/promotion/test_gate_counts.py)."""
+    policy = gate_policy()
+    plans = [_plan(downstream, policy, as_of, target_level) for downstream in downstreams]
+    countable = [
+        p.downstream.id for p in plans if not p.exclusions and gate_counts.supports(p.criteria)
+    ]
+    live = gate_counts.placed_before(countable, as_of) if countable else set()
+    pending = [
+        *_counted(policy, [p for p in plans if p.downstream.id in live], as_of),
+        *_prepared(policy, [p for p in plans if p.downstream.id not in live], as_of),
+    ]
+    keys = set().union(*(item.judged for item in pending))
+    verdicts = attribution.verdicts_of(keys, until=as_of) if keys else []
+    return {item.downstream.id: _finish(item, verdicts, as_of) for item in pending}
+
+
+def _counted(policy: gates.Policy, plans: list[_Plan], as_of: dt.datetime) -> list[_Pending]:
+    if not plans:
+        return []
+    criteria = [c for plan in plans for c in plan.criteria]
+    timing = [c.window_days for c in criteria if c.metric in gate_counts.TIMINGS]
+    windows = {c.window_days for c in criteria if c.metric in gate_counts.SUPPORTED}
+    for plan in plans:
+        windows.update(attribution.pass_rate_windows(plan.windows("job_pass_rate")))
+    ids = [plan.downstream.id for plan in plans]
+    counts = gate_counts.backend_counts(ids, windows, max(timing, default=0), as_of)
+    judged = attribution.layer_judged_keys(
+        [(plan.downstream, plan.windows("job_pass_rate")) for plan in plans], as_of
+    )
+    out = []
+    for plan in plans:
+        backend = counts[plan.downstream.id]
+        metrics = gates.windowed_metrics(
+            lambda name, start, backend=backend: backend.metric(name, start, stats.DEFAULT_MIN_N),
+            backend.last_result,
+            policy,
+            **plan.facts(as_of),
+        )
+        out.append(
+            _Pending(
+                plan.downstream,
+                policy,
+                plan.current_label,
+                plan.target_label,
+                [],
+                [],
+                metrics,
+                judged[plan.downstream.id],
+                functools.partial(
+                    attribution.adjusted_pass_rates_of_counts,
+                    backend,
+                    plan.windows("job_pass_rate"),
+                ),
+            )
+        )
+    return out
+
+
+def _prepared(policy: gates.Policy, plans: list[_Plan], as_of: dt.datetime) -> list[_Pending]:
+    if not plans:
+        return []
+    horizon = max(
+        (c.window_days for lvl in policy.levels.values() for c in (*lvl.promotion, *lvl.demotion)),
+        default=30,
+    )
+    jobs = gate_jobs_of(
+        [(plan.downstream, plan.exclusions) for plan in plans],
+        as_of - dt.timedelta(days=horizon + 1),
+        as_of,
+    )
+    return [_metrics_of(plan, policy, as_of, jobs[plan.downstream.id]) for plan in plans]
+
+
+def _metrics_of(plan: _Plan, policy: gates.Policy, as_of: dt.datetime, jobs: GateJobs) -> _Pending:
     # Only a logical job with more than one attempt has a response to measure. Computed for the
     # criteria that name it (an L3 backend's, targeting L4), once per window they use.
-    oncall_windows = {c.window_days for c in criteria if c.metric == ONCALL_METRIC}
     extra = {
         gates.metric_key(ONCALL_METRIC, days): stats.percentile_estimate(
             oncall_response_hours(jobs.attempts, as_of - dt.timedelta(days=days)),
@@ -199,30 +275,21 @@ def _metrics_of(
             min_n=1,
             unit="hours",
         )
-        for days in oncall_windows
+        for days in plan.windows(ONCALL_METRIC)
     }
-    metrics = gates.gate_metrics(
-        jobs.prepared,
-        policy,
-        current_level=current_label,
-        target_level=target_label,
-        as_of=as_of,
-        level_since=level_since(downstream, as_of),
-        extra=extra,
-    )
+    metrics = gates.gate_metrics(jobs.prepared, policy, **plan.facts(as_of), extra=extra)
     # Gate-adjusted pass rate (issue 7): shown always; decided on when the policy says so.
-    pass_rate_windows = {c.window_days for c in criteria if c.metric == "job_pass_rate"}
-    judged = attribution.judged_keys(jobs.prepared, pass_rate_windows, as_of)
+    windows = plan.windows("job_pass_rate")
     return _Pending(
-        downstream,
+        plan.downstream,
         policy,
-        current_label,
-        target_label,
-        exclusions,
-        jobs,
+        plan.current_label,
+        plan.target_label,
+        plan.exclusions,
+        jobs.excluded_attempts,
         metrics,
-        pass_rate_windows,
-        judged,
+        attribution.judged_keys(jobs.prepared, windows, as_of),
+        functools.partial(attribution.adjusted_pass_rates, jobs.prepared, windows, as_of),
     )
 
 
@@ -230,9 +297,7 @@ def _finish(item: _Pending, verdicts: list[dict[str, Any]], as_of: dt.datetime) 
     """The evaluation of `item` from verdicts judged for its keys (and perhaps others')."""
     policy = item.policy
     own = [verdict for verdict in verdicts if attribution.logical_key(verdict) in item.judged]
-    adjusted = attribution.adjusted_pass_rates(
-        item.jobs.prepared, item.pass_rate_windows, as_of, own
-    )
+    adjusted = item.adjusted_of(own)
     adjusted["basis"] = policy.pass_rate_basis
     metrics = item.metrics
     if policy.pass_rate_basis == "adjusted":
@@ -240,6 +305,6 @@ def _finish(item: _Pending, verdicts: list[dict[str, Any]], as_of: dt.datetime) 
     evaluation = gates.evaluate(metrics, policy, item.target_label, item.current_label, as_of=as_of)
     described = [
         _describe_exclusion(exclusion, rows)
-        for exclusion, rows in zip(item.exclusions, item.jobs.excluded_attempts, strict=True)
+        for exclusion, rows in zip(item.exclusions, item.excluded_attempts, strict=True)
     ]
     return BackendGate(evaluation, effective_level(item.downstream, as_of), described, adjusted)
