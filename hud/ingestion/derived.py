@@ -79,8 +79,11 @@ LOGICAL_JOB_COLUMNS = (
     "execution_seconds",
     "closed_by_sweeper",
     "failed_tests",
+    "flake_eligible",
+    "flaky",
     "placed_at",
     "first_placed_at",
+    "last_placed_at",
     "rollup_contribution",
 )
 _KEY_WHERE = " AND ".join(f"{column} = %s" for column in KEY_COLUMNS)
@@ -167,8 +170,11 @@ class Derived:
     execution_seconds: float | None
     closed_by_sweeper: bool
     failed_tests: int
+    flake_eligible: bool
+    flaky: bool
     placed_at: dt.datetime
     first_placed_at: dt.datetime
+    last_placed_at: dt.datetime
     contribution: Contribution
 
 
@@ -214,6 +220,9 @@ def derive(attempts: Sequence[Attempt], shas: ShaTimes) -> Derived:
     sharing run_id and run_attempt are the legs of one attempt."""
     legs = [list(group) for _, group in itertools.groupby(attempts, _attempt_key)]
     first, latest = _worst_leg(legs[0]), _worst_leg(legs[-1])
+    # Flakiness (hud.stats.flaky_jobs): a finished attempt failed and another passed.
+    finished = {_worst_leg(attempt).conclusion for attempt in legs}
+    has_failure, has_success = stats.FAILURE in finished, stats.SUCCESS in finished
     failed_tests = sum(leg.failed_tests for leg in legs[-1])  # every leg of the latest attempt
     outcome, first_outcome = _class(latest, shas), _class(first, shas)
     contribution: Contribution = defaultdict(lambda: defaultdict(int))
@@ -243,8 +252,11 @@ def derive(attempts: Sequence[Attempt], shas: ShaTimes) -> Derived:
         execution_seconds=latest.execution_seconds,
         closed_by_sweeper=latest.closed_by_sweeper,
         failed_tests=failed_tests,
+        flake_eligible=has_failure or has_success,
+        flaky=has_failure and has_success,
         placed_at=latest.placed_at,
         first_placed_at=first.placed_at,
+        last_placed_at=attempts[-1].placed_at,
         contribution=_without_zeros(contribution),
     )
 
@@ -319,12 +331,13 @@ def _attempt(row: Sequence[Any]) -> Attempt:
 
 
 def _row(vendor: str, key: LogicalKey, derived: Derived) -> list[Any]:
-    values = [getattr(derived, column) for column in LOGICAL_JOB_COLUMNS[len(KEY_COLUMNS) : -3]]
+    values = [getattr(derived, column) for column in LOGICAL_JOB_COLUMNS[len(KEY_COLUMNS) : -4]]
     return [
         *key,
         *values,
         _stored_moment(vendor, derived.placed_at),
         _stored_moment(vendor, derived.first_placed_at),
+        _stored_moment(vendor, derived.last_placed_at),
         json.dumps(derived.contribution, sort_keys=True),
     ]
 

@@ -4,15 +4,6 @@ import django.db.models.deletion
 from django.db import migrations, models
 
 
-def fill_derived_layer(apps, schema_editor):
-    """Derive the new rows from the attempts already stored."""
-    from hud.ingestion import derived
-
-    connection = schema_editor.connection
-    with connection.cursor() as cursor, connection.chunked_cursor() as stream:
-        derived.rebuild(cursor, stream, connection.vendor)
-
-
 class Migration(migrations.Migration):
     dependencies = [
         ("hud", "0002_widen_pr_numbers_and_test_counts_to_64_bit"),
@@ -215,5 +206,5 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
-        migrations.RunPython(fill_derived_layer, migrations.RunPython.noop),
+        # Filled by 0009, which runs the current derivation over the tables' final columns.
     ]

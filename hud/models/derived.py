@@ -53,8 +53,17 @@ class LogicalJob(models.Model):
     execution_seconds = models.FloatField(null=True, blank=True, help_text="latest attempt")
     closed_by_sweeper = models.BooleanField(default=False, help_text="latest attempt")
     failed_tests = models.PositiveIntegerField(default=0, help_text="stored for the latest attempt")
+    flake_eligible = models.BooleanField(
+        default=False, help_text="a finished attempt failed or passed (hud.stats.flake_rate)"
+    )
+    flaky = models.BooleanField(
+        default=False, help_text="a finished attempt failed and another passed"
+    )
     placed_at = models.DateTimeField(help_text="the latest attempt's: places the job in a window")
     first_placed_at = models.DateTimeField()
+    # The last row's in attempt order: places first-attempt and flakiness figures in a window
+    # (hud.stats' latest_placed_at); a later leg of the latest attempt may be placed apart.
+    last_placed_at = models.DateTimeField()
     # What this row added to DailyRollup, as JSON {day: {field: n}}: the next write applies the
     # difference, so rollups move by increments that commute under concurrency.
     rollup_contribution = models.TextField(default="{}")
@@ -68,6 +77,9 @@ class LogicalJob(models.Model):
         ]
         indexes = [
             models.Index(fields=["downstream", "placed_at"], name="logicaljob_downstream_time"),
+            models.Index(
+                fields=["downstream", "last_placed_at"], name="logicaljob_downstream_last"
+            ),
             models.Index(fields=["placed_at"], name="logicaljob_time"),
             models.Index(fields=["downstream", "pr_number"], name="logicaljob_pr"),
             models.Index(fields=["downstream", "first_pr_number"], name="logicaljob_first_pr"),
