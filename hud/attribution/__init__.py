@@ -47,7 +47,7 @@ from hud.attribution.gate import (
     excluded_from_gate,
     gate_adjusted_pass_rates,
     judged_keys,
-    layer_judged_keys,
+    judged_keys_of_counts,
     pass_rate_windows,
 )
 from hud.attribution.identity import (
@@ -115,7 +115,7 @@ __all__ = [
     "gate_adjusted_pass_rates",
     "index_by_job",
     "judged_keys",
-    "layer_judged_keys",
+    "judged_keys_of_counts",
     "load_attribution_policy",
     "load_signatures",
     "logical_key",

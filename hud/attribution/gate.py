@@ -14,7 +14,7 @@ from hud import gates, stats
 from hud.attribution.identity import LogicalKey, logical_key
 from hud.attribution.policy import BROKEN_DOWNSTREAM, INFRA, JUDGED_OUTCOMES, UPSTREAM_LIKELY
 from hud.attribution.verdicts import verdicts_of
-from hud.models import Downstream, LogicalJob
+from hud.models import Downstream
 from hud.reads.gate_counts import BackendCounts
 
 
@@ -91,26 +91,16 @@ def adjusted_pass_rates(
     )
 
 
-def layer_judged_keys(
-    backends: Iterable[tuple[Downstream, Iterable[int]]], as_of: dt.datetime
-) -> dict[int, set[LogicalKey]]:
-    """`judged_keys` of each backend (with its pass-rate windows) from the derived layer, for
-    backends it describes as of `as_of` (`hud.reads.gate_counts`), in one read."""
-    names, starts = {}, {}
-    for backend, windows in backends:
-        names[backend.id] = backend.full_name
-        starts[backend.id] = as_of - dt.timedelta(days=pass_rate_windows(windows)[-1])
-    rows = LogicalJob.objects.filter(
-        downstream_id__in=list(names),
-        outcome__in=JUDGED_OUTCOMES,
-        placed_at__gte=min(starts.values(), default=as_of),
-        placed_at__lt=as_of,
-    ).values_list("downstream_id", "placed_at", *stats.LOGICAL_JOB_KEY[1:])
-    out: dict[int, set[LogicalKey]] = {backend: set() for backend in names}
-    for backend, placed_at, *key in rows:
-        if placed_at >= starts[backend]:
-            out[backend].add((names[backend], *key))
-    return out
+def judged_keys_of_counts(
+    downstream: Downstream, counts: BackendCounts, windows: Iterable[int]
+) -> set[LogicalKey]:
+    """`judged_keys` of a backend read as counts (`hud.reads.gate_counts`)."""
+    start = counts.as_of - dt.timedelta(days=pass_rate_windows(windows)[-1])
+    return {
+        (downstream.full_name, *key)
+        for key in counts.not_passing(start)
+        if counts.failing[key][1] in JUDGED_OUTCOMES
+    }
 
 
 def adjusted_pass_rates_of_counts(

@@ -195,13 +195,12 @@ def _evaluate(
     evaluation (tests/promotion/test_gate_counts.py)."""
     policy = gate_policy()
     plans = [_plan(downstream, policy, as_of, target_level) for downstream in downstreams]
-    countable = [
+    counted = {
         p.downstream.id for p in plans if not p.exclusions and gate_counts.supports(p.criteria)
-    ]
-    live = gate_counts.placed_before(countable, as_of) if countable else set()
+    }
     pending = [
-        *_counted(policy, [p for p in plans if p.downstream.id in live], as_of),
-        *_prepared(policy, [p for p in plans if p.downstream.id not in live], as_of),
+        *_counted(policy, [p for p in plans if p.downstream.id in counted], as_of),
+        *_prepared(policy, [p for p in plans if p.downstream.id not in counted], as_of),
     ]
     keys = set().union(*(item.judged for item in pending))
     verdicts = attribution.verdicts_of(keys, until=as_of) if keys else []
@@ -217,9 +216,13 @@ def _counted(policy: gates.Policy, plans: list[_Plan], as_of: dt.datetime) -> li
     for plan in plans:
         windows.update(attribution.pass_rate_windows(plan.windows("job_pass_rate")))
     ids = [plan.downstream.id for plan in plans]
-    counts = gate_counts.backend_counts(ids, windows, max(timing, default=0), as_of)
-    judged = attribution.layer_judged_keys(
-        [(plan.downstream, plan.windows("job_pass_rate")) for plan in plans], as_of
+    flips = any(c.metric == "flip_rate" for c in criteria)
+    counts = gate_counts.backend_counts(ids, windows, max(timing, default=0), as_of, flips=flips)
+    oncall_days = [c.window_days for c in criteria if c.metric == ONCALL_METRIC]
+    oncall = (
+        gate_counts.oncall_rows(ids, as_of - dt.timedelta(days=max(oncall_days)), as_of)
+        if oncall_days
+        else {}
     )
     out = []
     for plan in plans:
@@ -229,6 +232,7 @@ def _counted(policy: gates.Policy, plans: list[_Plan], as_of: dt.datetime) -> li
             backend.last_result,
             policy,
             **plan.facts(as_of),
+            extra=_oncall_metrics(plan, oncall.get(plan.downstream.id), as_of),
         )
         out.append(
             _Pending(
@@ -239,7 +243,9 @@ def _counted(policy: gates.Policy, plans: list[_Plan], as_of: dt.datetime) -> li
                 [],
                 [],
                 metrics,
-                judged[plan.downstream.id],
+                attribution.judged_keys_of_counts(
+                    plan.downstream, backend, plan.windows("job_pass_rate")
+                ),
                 functools.partial(
                     attribution.adjusted_pass_rates_of_counts,
                     backend,
@@ -248,6 +254,22 @@ def _counted(policy: gates.Policy, plans: list[_Plan], as_of: dt.datetime) -> li
             )
         )
     return out
+
+
+def _oncall_metrics(
+    plan: _Plan, attempts: pd.DataFrame | None, as_of: dt.datetime
+) -> dict[str, stats.Estimate]:
+    """The on-call response median of each window the criteria name it for, from `attempts`
+    (every attempt of the logical jobs whose responses are measured, or more)."""
+    return {
+        gates.metric_key(ONCALL_METRIC, days): stats.percentile_estimate(
+            oncall_response_hours(attempts, as_of - dt.timedelta(days=days)),
+            0.5,
+            min_n=1,
+            unit="hours",
+        )
+        for days in plan.windows(ONCALL_METRIC)
+    }
 
 
 def _prepared(policy: gates.Policy, plans: list[_Plan], as_of: dt.datetime) -> list[_Pending]:
@@ -268,15 +290,7 @@ def _prepared(policy: gates.Policy, plans: list[_Plan], as_of: dt.datetime) -> l
 def _metrics_of(plan: _Plan, policy: gates.Policy, as_of: dt.datetime, jobs: GateJobs) -> _Pending:
     # Only a logical job with more than one attempt has a response to measure. Computed for the
     # criteria that name it (an L3 backend's, targeting L4), once per window they use.
-    extra = {
-        gates.metric_key(ONCALL_METRIC, days): stats.percentile_estimate(
-            oncall_response_hours(jobs.attempts, as_of - dt.timedelta(days=days)),
-            0.5,
-            min_n=1,
-            unit="hours",
-        )
-        for days in plan.windows(ONCALL_METRIC)
-    }
+    extra = _oncall_metrics(plan, jobs.attempts, as_of)
     metrics = gates.gate_metrics(jobs.prepared, policy, **plan.facts(as_of), extra=extra)
     # Gate-adjusted pass rate (issue 7): shown always; decided on when the policy says so.
     windows = plan.windows("job_pass_rate")

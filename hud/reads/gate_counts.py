@@ -1,35 +1,39 @@
-"""A backend's gate metrics as of a moment after all its attempts, aggregated in SQL.
+"""A backend's gate metrics as of any moment, aggregated in SQL over the derived layer.
 
-Once every attempt of a backend was placed before `as_of` (the periodic refresh, the daily
-evaluation of the day just ended, an admin's request), the derived layer's rows *are* what
-`stats.prepare` makes of all its attempts as of `as_of`. The gate's rates are then shares of
-counts, so they are read as counts per UTC day (the day-clustered interval's unit), each day
-split where a window starts: a few rows per backend and day instead of every logical job in
-pandas. Timing means and percentiles, which no count gives, are taken over the window's
-timed attempts read as three numeric columns. `tests/promotion/test_gate_counts.py` proves
-every figure equal to `gates.gate_metrics` over the prepared attempts.
+The derived layer's rows are what `stats.prepare` makes of all of a backend's attempts, so the
+gate's rates are shares of counts read per UTC day (the day-clustered interval's unit), each
+day split where a window starts: a few rows per backend and day instead of every logical job
+in pandas. Timing means and percentiles, which no count gives, are taken over the window's
+timed attempts read as numbers; the trunk and nightly series and the jobs that did not pass
+(what attribution judges) as their layer rows. As of an earlier moment, the few logical jobs
+a later attempt changed are counted as `hud.stats` derives them from the attempts placed
+before it (`_rederive_later`). `tests/promotion/test_gate_counts.py` proves every figure equal
+to `hud.stats` over all the backend's attempts as of the moment.
 
-`SUPPORTED` names the metrics read this way; a backend whose criteria name another one, that
-has an attempt placed at or after `as_of`, or that has exclusions is evaluated from its
-prepared jobs instead (`hud.reads.gate`).
+`SUPPORTED` names the metrics read this way: every one `hud.stats` defines. A backend with
+exclusions is evaluated from its prepared jobs instead (`hud.reads.gate`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import operator
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import pandas as pd
 from django.db.models import Case, Count, F, IntegerField, Max, Q, Sum, Value, When
 from django.db.models.functions import Coalesce, TruncDate
 
 from hud import gates, stats
 from hud.models import Job, LogicalJob
 from hud.reads.rows import driver_rows
+from hud.reads.selectors import FRAME_COLUMNS
 
 # Shares of logical jobs, shares of attempts, and figures of timed attempts' durations.
 _JOB_SHARES = {"job_pass_rate": stats.SUCCESS, "timeout_rate": stats.TIMED_OUT}
@@ -37,21 +41,18 @@ TIMINGS = {
     f"{base}_{stat}" for base in ("queue_seconds", "execution_seconds", "end_to_end_seconds")
     for stat in ("mean", "p50", "p95")
 }  # fmt: skip
-SUPPORTED = frozenset({*_JOB_SHARES, "rerun_rate", "overrun_rate", "days_of_data", *TIMINGS})
+SUPPORTED = frozenset({
+    *_JOB_SHARES, "first_attempt_pass_rate", "rerun_rate", "flake_rate", "flip_rate",
+    "overrun_rate", "days_of_data", *TIMINGS,
+})  # fmt: skip
 
 
 def supports(criteria: Iterable[gates.Criterion]) -> bool:
     """Whether every metric `criteria` name is read here (caller metrics aside: the level
-    start comes from the level history, the last result from `BackendCounts`)."""
+    start comes from the level history, the last result from `BackendCounts`, on-call
+    responses from `oncall_rows`)."""
     named = {criterion.metric for criterion in criteria}
-    return named - {"days_at_level", "days_since_last_result"} <= SUPPORTED
-
-
-def placed_before(ids: Sequence[int], as_of: dt.datetime) -> set[int]:
-    """The backends of `ids` none of whose attempts was placed at or after `as_of`: the layer
-    describes them as of `as_of`."""
-    later = Job.objects.filter(downstream_id__in=ids, placed_at__gte=as_of)
-    return set(ids) - set(later.values_list("downstream_id", flat=True).distinct())
+    return named - set(gates.CALLER_METRICS) <= SUPPORTED
 
 
 @dataclass
@@ -113,8 +114,24 @@ _OUTCOMES = (stats.SUCCESS, stats.FAILURE, stats.TIMED_OUT, stats.CANCELLED,
              stats.SUPERSEDED, stats.EXCLUDED)  # fmt: skip
 _COMPLETED, _RERUN = len(_OUTCOMES), len(_OUTCOMES) + 1
 _COUNTED = len(_OUTCOMES) + 2  # success + failure + timed_out + cancelled, summed in Python
+# Columns by the last row's day (hud.stats' latest_placed_at): first attempts that passed and
+# that counted, jobs a finished attempt failed or passed, flaky jobs.
+_FIRST_SUCCESS, _FIRST_COUNTED, _FLAKE_ELIGIBLE, _FLAKY = 0, 1, 2, 3
 # Attempt columns: completed attempts, timed ones with a known overrun flag, overruns.
 _ATTEMPTS, _KNOWN, _OVERRUN = 0, 1, 2
+# The trunk pushes' and nightlies' latest attempts the flip rate reads, and the layer's columns
+# they come from.
+_FLIP_COLUMNS = ["downstream", "event_type", "ref", "workflow_name", "job_name", "placed_at",
+                 "id", "outcome"]  # fmt: skip
+_FLIP_SOURCE = ["downstream_id", "event_type", "ref", "workflow_name", "job_name", "placed_at",
+                "latest_job_id", "outcome"]  # fmt: skip
+# A logical job within its backend, and the outcomes that do not pass (what attribution judges).
+_KEY = ["event_type", "head_sha", "workflow_name", "job_name"]
+_NOT_PASSING = (stats.FAILURE, stats.TIMED_OUT, stats.CANCELLED)
+# The layer's columns `BackendCounts.count` reads of a logical job.
+_LAYER = ["downstream_id", *_KEY, "ref", "latest_job_id", "latest_status", "outcome",
+          "first_outcome", "attempts", "flake_eligible", "flaky", "placed_at",
+          "last_placed_at"]  # fmt: skip
 
 
 @dataclass
@@ -122,8 +139,14 @@ class BackendCounts:
     """What the gate reads of one backend as of `as_of`."""
 
     as_of: dt.datetime
+    starts: Sequence[dt.datetime]  # where windows (and the spread's look-back) start
     jobs: _Days = field(default_factory=_Days)
+    by_last_row: _Days = field(default_factory=_Days)
     attempts: _Days = field(default_factory=_Days)
+    # Trunk and nightly latest attempts (`_FLIP_COLUMNS`) by logical job (`_KEY` but backend).
+    series_points: dict[tuple, tuple] = field(default_factory=dict)
+    # Logical jobs not passing since the first start: key (`_KEY`) → (placed_at, outcome).
+    failing: dict[tuple, tuple[dt.datetime, str]] = field(default_factory=dict)
     # Timed attempts: (the shortest window, in days, they fall in, queue s, execution s).
     timed: list[tuple[int, float, float]] = field(default_factory=list)
     last_result: dt.datetime | None = None
@@ -139,6 +162,17 @@ class BackendCounts:
             return self.jobs.share(hits, _COUNTED, start, end, min_n, note)
         if name == "rerun_rate":
             return self.jobs.share(_RERUN, _COMPLETED, start, end, min_n)
+        if name == "first_attempt_pass_rate":
+            return self.by_last_row.share(_FIRST_SUCCESS, _FIRST_COUNTED, start, end, min_n)
+        if name == "flake_rate":
+            return self.by_last_row.share(_FLAKY, _FLAKE_ELIGIBLE, start, end, min_n)
+        if name == "flip_rate":
+            points = pd.DataFrame.from_records(
+                list(self.series_points.values()), columns=_FLIP_COLUMNS
+            )
+            points["placed_at"] = pd.to_datetime(points["placed_at"], utc=True)
+            series = stats.flip_series_of_latest(points, start, end)
+            return stats.flip_rate_of_series(series, min_n=min_n)
         if name == "overrun_rate":
             return self.attempts.share(_OVERRUN, _KNOWN, start, end, min_n)
         if name == "days_of_data":
@@ -160,23 +194,65 @@ class BackendCounts:
             return execution
         return execution + np.nan_to_num(queue, nan=0.0)  # NaN where execution is unknown
 
+    def not_passing(self, start: dt.datetime) -> set[tuple]:
+        """The logical jobs (`_KEY`) placed from `start` on that failed, timed out or were
+        cancelled (not superseded)."""
+        return {key for key, (placed_at, _) in self.failing.items() if placed_at >= start}
+
     def without(self, removed: Iterable[tuple[dt.datetime, str]]) -> BackendCounts:
         """These counts, for the pass rate, without the logical jobs (latest placed_at,
-        outcome) given. A job off the windows' start days lands in a bucket of its day that
-        `_after` never tells apart from the day's other one."""
+        outcome) given."""
         jobs = _Days(dict(self.jobs.counts))
         for placed_at, outcome in removed:
-            row = np.zeros(_COUNTED + 1, dtype=np.int64)
-            row[_OUTCOMES.index(outcome)] = -1
-            row[_COUNTED] = -(outcome in stats.COUNTED)
-            jobs.add(placed_at.astimezone(dt.UTC).date(), _late(placed_at, self.as_of), row)
-        return BackendCounts(self.as_of, jobs, self.attempts, self.timed, self.last_result)
+            jobs.add(*self._bucket(placed_at), -_job_row(outcome, False, 1))
+        return dataclasses.replace(self, jobs=jobs)
+
+    def _bucket(self, moment: dt.datetime) -> tuple[dt.date, bool]:
+        """The (day, late) bucket of a row placed at `moment`, as `_late_case` tells it."""
+        day = moment.astimezone(dt.UTC).date()
+        late = any(start.astimezone(dt.UTC).date() == day and moment >= start
+                   for start in self.starts)  # fmt: skip
+        return day, late
+
+    def count(self, job: Mapping[str, Any], sign: int) -> None:
+        """Add (sign 1) or take out (-1) one logical job given as its layer columns."""
+        key = tuple(job[column] for column in _KEY)
+        first_row = self.as_of - max(self.as_of - start for start in self.starts)
+        if first_row <= job["placed_at"] < self.as_of:
+            completed = job["latest_status"] == Job.Status.COMPLETED
+            row = _job_row(job["outcome"], completed, job["attempts"])
+            self.jobs.add(*self._bucket(job["placed_at"]), sign * row)
+            if job["outcome"] in _NOT_PASSING:
+                if sign > 0:
+                    self.failing[key] = (job["placed_at"], job["outcome"])
+                else:
+                    self.failing.pop(key, None)
+            if _in_series(job["event_type"], job["ref"]):
+                if sign > 0:
+                    self.series_points[key] = tuple(job[column] for column in _FLIP_SOURCE)
+                else:
+                    self.series_points.pop(key, None)
+        if first_row <= job["last_placed_at"] < self.as_of:
+            row = np.array(
+                [job["first_outcome"] == stats.SUCCESS, job["first_outcome"] in stats.COUNTED,
+                 job["flake_eligible"], job["flaky"]], dtype=np.int64,
+            )  # fmt: skip
+            self.by_last_row.add(*self._bucket(job["last_placed_at"]), sign * row)
 
 
-def _late(moment: dt.datetime, as_of: dt.datetime) -> bool:
-    """Whether `moment` is at or after `as_of`'s time of day on its UTC day."""
-    moment, as_of = moment.astimezone(dt.UTC), as_of.astimezone(dt.UTC)
-    return moment.time() >= as_of.time()
+def _job_row(outcome: str, completed: bool, attempts: int) -> np.ndarray:
+    """One logical job's row of `BackendCounts.jobs`."""
+    row = np.zeros(_COUNTED + 1, dtype=np.int64)
+    row[_OUTCOMES.index(outcome)] = 1
+    row[_COMPLETED] = completed
+    row[_RERUN] = completed and attempts > 1
+    row[_COUNTED] = outcome in stats.COUNTED
+    return row
+
+
+def _in_series(event_type: str, ref: str) -> bool:
+    """Whether a job is a point of a trunk or nightly series (`stats.flip_series`)."""
+    return (event_type == "push" and ref == stats.TRUNK_REF) or event_type == "nightly"
 
 
 def _excluded_note(days: _Days, start: dt.datetime) -> str:
@@ -186,14 +262,20 @@ def _excluded_note(days: _Days, start: dt.datetime) -> str:
 
 
 def backend_counts(
-    ids: Sequence[int], windows: Iterable[int], timing_days: int, as_of: dt.datetime
+    ids: Sequence[int],
+    windows: Iterable[int],
+    timing_days: int,
+    as_of: dt.datetime,
+    *,
+    flips: bool = False,
 ) -> dict[int, BackendCounts]:
     """The counts of each backend of `ids` over the windows (days before `as_of`), their
-    spread's look-back, and `timing_days` of timed attempts (0: none read)."""
+    spread's look-back, `timing_days` of timed attempts (0: none read), and with `flips` the
+    trunk and nightly series."""
     starts = [as_of - dt.timedelta(days=days) for days in {*windows}]
     starts.append(as_of - stats.SPREAD_LOOKBACK)
     first = min(starts)
-    out = {backend: BackendCounts(as_of) for backend in ids}
+    out = {backend: BackendCounts(as_of, starts) for backend in ids}
     day = TruncDate("placed_at", tzinfo=dt.UTC)
     late = _late_case(starts)
     span = Q(downstream_id__in=ids, placed_at__gte=first, placed_at__lt=as_of)
@@ -212,6 +294,33 @@ def backend_counts(
     for backend, when, is_late, *counts in jobs:
         counted = sum(counts[_OUTCOMES.index(outcome)] for outcome in stats.COUNTED)
         out[backend].jobs.add(when, is_late, [*counts, counted])
+    last_span = Q(downstream_id__in=ids, last_placed_at__gte=first, last_placed_at__lt=as_of)
+    by_last_row = (
+        LogicalJob.objects.filter(last_span)
+        .annotate(
+            day=TruncDate("last_placed_at", tzinfo=dt.UTC),
+            late=_late_case(starts, "last_placed_at"),
+        )
+        .values_list("downstream_id", "day", "late")
+        .annotate(
+            first_success=_count(Q(first_outcome=stats.SUCCESS)),
+            first_counted=_count(Q(first_outcome__in=stats.COUNTED)),
+            eligible=_count(Q(flake_eligible=True)),
+            flaky=_count(Q(flaky=True)),
+        )
+        .order_by()
+    )
+    for backend, when, is_late, *counts in by_last_row:
+        out[backend].by_last_row.add(when, is_late, counts)
+    trunk = Q(event_type="push", ref=stats.TRUNK_REF) | Q(event_type="nightly")
+    listed = Q(outcome__in=_NOT_PASSING) | (trunk if flips else Q(pk__in=[]))
+    for job in LogicalJob.objects.filter(span, listed).values(*_LAYER):
+        counts = out[job["downstream_id"]]
+        key = tuple(job[column] for column in _KEY)
+        if job["outcome"] in _NOT_PASSING:
+            counts.failing[key] = (job["placed_at"], job["outcome"])
+        if _in_series(job["event_type"], job["ref"]):
+            counts.series_points[key] = tuple(job[column] for column in _FLIP_SOURCE)
     timed = Q(status=Job.Status.COMPLETED) & ~Q(conclusion=Job.Conclusion.SKIPPED)
     swept = Q(closed_by_sweeper=True)
     end_to_end = F("execution_seconds") + Coalesce("queue_seconds", Value(0.0))
@@ -228,6 +337,7 @@ def backend_counts(
     )
     for backend, when, is_late, *counts in attempts:
         out[backend].attempts.add(when, is_late, counts)
+    _rederive_later(out, ids, as_of)
     if timing_days:
         _read_durations(out, ids, sorted({*windows, timing_days}), timing_days, as_of)
     for backend in ids:
@@ -237,6 +347,78 @@ def backend_counts(
             .aggregate(last=Max("placed_at"))["last"]
         )  # fmt: skip
     return out
+
+
+def _rederive_later(out: dict[int, BackendCounts], ids: Sequence[int], as_of: dt.datetime) -> None:
+    """Count the logical jobs the layer does not describe as of `as_of` as they were then.
+
+    Those with an attempt placed at or after `as_of` (re-runs, late legs), and the cancels it
+    calls superseded in a PR written to since (supersession is only ever added, so a cancel the
+    layer does not call superseded was not superseded at `as_of` either): their layer rows are
+    taken out and they are re-derived by `hud.stats` from the attempts placed before `as_of`
+    of their SHAs and of every PR those belong to. Attempts are counted from `Job` rows placed
+    before `as_of` throughout, so nothing else changes."""
+    later = set(
+        Job.objects.filter(downstream_id__in=ids, placed_at__gte=as_of)
+        .values_list("downstream_id", *_KEY, "pr_number")
+        .distinct()
+    )
+    if not later:
+        return
+    stale = {row[:5] for row in later}
+    written = {(row[0], row[5]) for row in later if row[5]}
+    superseded = LogicalJob.objects.filter(
+        Q(outcome=stats.SUPERSEDED) | Q(first_outcome=stats.SUPERSEDED),
+        downstream_id__in={backend for backend, _ in written},
+        pr_number__in={pr for _, pr in written},
+    ).values_list("downstream_id", *_KEY, "pr_number")
+    stale |= {row[:5] for row in superseded if (row[0], row[5]) in written}
+    shas = {key[2] for key in stale}
+    for job in LogicalJob.objects.filter(downstream_id__in=ids, head_sha__in=shas).values(*_LAYER):
+        if (job["downstream_id"], *(job[column] for column in _KEY)) in stale:
+            out[job["downstream_id"]].count(job, -1)
+    for job in _as_of_jobs(ids, shas, as_of):
+        if (job["downstream_id"], *(job[column] for column in _KEY)) in stale:
+            out[job["downstream_id"]].count(job, 1)
+
+
+def _as_of_jobs(ids: Sequence[int], shas: set[str], as_of: dt.datetime) -> list[dict[str, Any]]:
+    """The logical jobs on `shas`, as `hud.stats` derives them from the attempts placed before
+    `as_of` on those SHAs and on every PR they belong to, in the layer's columns."""
+    before = Job.objects.filter(downstream_id__in=ids, placed_at__lt=as_of)
+    prs = set(
+        before.filter(head_sha__in=shas).exclude(pr_number=0).values_list("pr_number", flat=True)
+    )
+    columns = ["downstream_id", *FRAME_COLUMNS[2:]]
+    rows = list(
+        before.filter(Q(head_sha__in=shas) | Q(pr_number__in=prs)).values_list("id", *columns)
+    )
+    if not rows:
+        return []
+    frame = pd.DataFrame.from_records(rows, columns=["id", "downstream", *FRAME_COLUMNS[2:]])
+    prepared = stats.prepare(stats.coerce_jobs_frame(frame))
+    key = stats.LOGICAL_JOB_KEY
+    first = prepared.first.set_index(key)["outcome"].rename("first_outcome")
+    flakes = stats.flaky_jobs(prepared, pd.Timestamp.min.tz_localize("UTC"), as_of)
+    flakes = flakes.set_index(key)[["has_failure", "has_success", "flaky"]]
+    latest = prepared.latest.join(first, on=key).join(flakes, on=key)
+    return [
+        {
+            **{column: record[column] for column in _KEY},
+            "downstream_id": int(record["downstream"]),
+            "ref": record["ref"],
+            "latest_job_id": int(record["id"]),
+            "latest_status": record["status"],
+            "outcome": record["outcome"],
+            "first_outcome": record["first_outcome"],
+            "attempts": int(record["attempts"]),
+            "flake_eligible": bool(record["has_failure"] or record["has_success"]),
+            "flaky": bool(record["flaky"]),
+            "placed_at": record["placed_at"].to_pydatetime(),
+            "last_placed_at": record["latest_placed_at"].to_pydatetime(),
+        }
+        for record in latest.to_dict("records")
+    ]
 
 
 def _read_durations(
@@ -278,9 +460,12 @@ def _count(condition: Q) -> Sum:
     return Sum(Case(When(condition, then=Value(1)), default=Value(0)), output_field=IntegerField())
 
 
-def _late_case(starts: Sequence[dt.datetime]) -> Case:
-    """1 for a row placed on a window start's UTC day at or after it, else 0 (`_after`)."""
-    cuts = [Q(placed_at__gte=start, placed_at__lt=_midnight_after(start)) for start in starts]
+def _late_case(starts: Sequence[dt.datetime], column: str = "placed_at") -> Case:
+    """True for a row placed (by `column`) on a window start's UTC day at or after it, else
+    False (`_after`)."""
+    cuts = [
+        Q(**{f"{column}__gte": start, f"{column}__lt": _midnight_after(start)}) for start in starts
+    ]
     return Case(
         When(functools.reduce(operator.or_, cuts), then=Value(True)),
         default=Value(False),
@@ -290,3 +475,33 @@ def _late_case(starts: Sequence[dt.datetime]) -> Case:
 def _midnight_after(moment: dt.datetime) -> dt.datetime:
     day = moment.astimezone(dt.UTC).date() + dt.timedelta(days=1)
     return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+
+
+# What `promotion.oncall_response_hours` reads of an attempt.
+_ONCALL_COLUMNS = [*stats.LOGICAL_JOB_KEY, *stats.ATTEMPT_ORDER, "status", "conclusion",
+                   "placed_at"]  # fmt: skip
+
+
+def oncall_rows(
+    ids: Sequence[int], since: dt.datetime, as_of: dt.datetime
+) -> dict[int, pd.DataFrame]:
+    """Per backend, a frame of the completed PR attempts placed before `as_of` of each logical
+    job with a failed one placed in [since, as_of): what its on-call responses are paired
+    from (`promotion.oncall_response_hours`)."""
+    pr_rows = Job.objects.filter(
+        downstream_id__in=ids,
+        event_type="pull_request",
+        status=Job.Status.COMPLETED,
+        placed_at__lt=as_of,
+    )
+    failed = pr_rows.filter(conclusion=Job.Conclusion.FAILURE, placed_at__gte=since)
+    keys = set(failed.values_list("downstream_id", *stats.LOGICAL_JOB_KEY[1:]))
+    columns = ["downstream_id", *_ONCALL_COLUMNS[1:]]
+    rows = [
+        row
+        for row in pr_rows.filter(head_sha__in=failed.values("head_sha")).values_list(*columns)
+        if row[:5] in keys
+    ]
+    frame = pd.DataFrame.from_records(rows, columns=_ONCALL_COLUMNS)
+    frame["placed_at"] = pd.to_datetime(frame["placed_at"], utc=True)
+    return {backend: frame[frame["downstream"] == backend] for backend in ids}

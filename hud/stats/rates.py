@@ -191,7 +191,14 @@ def _flip_counts(outcomes: list[bool]) -> tuple[int, int]:
 
 def flip_series(df: Jobs, start: dt.datetime, end: dt.datetime) -> pd.DataFrame:
     """Per (downstream, workflow, job) trunk+nightly series: points, flips, eligible."""
-    classified = prepare(df).latest
+    return flip_series_of_latest(prepare(df).latest, start, end)
+
+
+def flip_series_of_latest(
+    classified: pd.DataFrame, start: dt.datetime, end: dt.datetime
+) -> pd.DataFrame:
+    """`flip_series` of latest attempts with their `outcome` (downstream, event_type, ref,
+    workflow_name, job_name, placed_at and id columns besides)."""
     trunk = (classified["event_type"] == "push") & (classified["ref"] == TRUNK_REF)
     nightly = classified["event_type"] == "nightly"
     points = classified[
@@ -213,7 +220,11 @@ def flip_rate(
     df: Jobs, start: dt.datetime, end: dt.datetime, *, min_n: int = DEFAULT_MIN_N
 ) -> Estimate:
     """TestGrid-style flip rate: pass→fail flips / transitions out of a pass, breakages ignored."""
-    series = flip_series(df, start, end)
+    return flip_rate_of_series(flip_series(df, start, end), min_n=min_n)
+
+
+def flip_rate_of_series(series: pd.DataFrame, *, min_n: int = DEFAULT_MIN_N) -> Estimate:
+    """`flip_rate` of `flip_series`' rows."""
     return proportion(
         int(series["flips"].sum()),
         int(series["eligible"].sum()),
