@@ -9,6 +9,7 @@ as of that moment; and a whole evaluation from the counts equals the one from pr
 
 import datetime as dt
 import json
+from unittest import mock
 
 import pytest
 from django.db import transaction
@@ -17,10 +18,10 @@ from hypothesis import strategies as st
 
 from hud import promotion, stats
 from hud.core import clock
-from hud.models import Downstream, Level
+from hud.models import Downstream, Level, LogicalJob
 from hud.reads import gate_counts, selectors
 from tests.conftest import NOW
-from tests.ingestion.test_derived import REPO, steps
+from tests.ingestion.test_derived import REPO, SHA_A, SHA_B, steps
 from tests.promotion.test_gate_layer import _moments, _step, days, legs
 from tests.support import attribution_sim, builders
 
@@ -37,9 +38,11 @@ def _counts_equal_the_attempts(backend, as_of: dt.datetime) -> None:
             expected = stats.compute_metric(name, reference, start, as_of)
             assert counts.metric(name, start, stats.DEFAULT_MIN_N) == expected, (name, days_back)
     assert counts.last_result == stats.last_result_at(reference)
-    for days_back in (1, 14, 28):
+    # The failed jobs' SHAs read one, two and a thousand at a time.
+    for days_back, chunk in ((1, 1), (14, 2), (28, gate_counts.SHA_CHUNK)):
         since = as_of - dt.timedelta(days=days_back)
-        paired = gate_counts.oncall_rows([backend.id], since, as_of)[backend.id]
+        with mock.patch.object(gate_counts, "SHA_CHUNK", chunk):
+            paired = gate_counts.oncall_rows([backend.id], since, as_of)[backend.id]
         expected = promotion.oncall_response_hours(stats.as_of(frame, as_of), since)
         assert promotion.oncall_response_hours(paired, since) == expected, days_back
 
@@ -60,6 +63,25 @@ def test_gate_counts_equal_the_prepared_attempts(script, minutes):
         for as_of in (*_moments(moving.moment), moving.moment + dt.timedelta(minutes=minutes)):
             _counts_equal_the_attempts(backend, as_of)
         transaction.set_rollback(True)
+
+
+@pytest.mark.django_db
+def test_a_first_attempt_superseded_only_later_counts_as_the_cancel_it_was():
+    """A job's first attempt, a cancel on PR 7, is superseded by a push to PR 7 after `as_of`;
+    its latest attempt ran for PR 8, so the layer's row names PR 8, not the PR written to."""
+    cancel = {"kind": "callback", "sha": SHA_A, "pr": 7, "event_type": "pull_request",
+              "job_name": "build", "run_attempt": 1, "completed": True,
+              "conclusion": "cancelled", "failed": 0}  # fmt: skip
+    with clock.frozen_at(NOW) as moving:
+        backend = builders.downstream(REPO, Level.L2)
+        _step(backend, cancel, moving)
+        _step(backend, {"kind": "wait", "minutes": 60}, moving)
+        _step(backend, {**cancel, "pr": 8, "run_attempt": 2, "conclusion": "success"}, moving)
+        as_of = moving.moment + dt.timedelta(minutes=30)
+        _step(backend, {"kind": "wait", "minutes": 120}, moving)
+        _step(backend, {**cancel, "sha": SHA_B, "conclusion": "success"}, moving)
+        assert LogicalJob.objects.get(head_sha=SHA_A).first_outcome == stats.SUPERSEDED
+        _counts_equal_the_attempts(backend, as_of)
 
 
 def test_every_metric_a_policy_may_name_is_read_from_counts():
