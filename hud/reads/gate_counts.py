@@ -21,9 +21,9 @@ import datetime as dt
 import functools
 import operator
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -45,6 +45,10 @@ SUPPORTED = frozenset({
     *_JOB_SHARES, "first_attempt_pass_rate", "rerun_rate", "flake_rate", "flip_rate",
     "overrun_rate", "days_of_data", *TIMINGS,
 })  # fmt: skip
+# How many SHAs or PRs one read names (the as-of correction, the on-call attempts): a bound on
+# its parameters, whatever the number written to since `as_of` or failed in the window.
+IN_CHUNK = 1000
+_V = TypeVar("_V", str, int)
 
 
 def supports(criteria: Iterable[gates.Criterion]) -> bool:
@@ -368,27 +372,38 @@ def _rederive_later(out: dict[int, BackendCounts], ids: Sequence[int], as_of: dt
     stale = {row[:5] for row in later}
     written = {(row[0], row[5]) for row in later if row[5]}
     # A superseded latest attempt belongs to the row's PR, a superseded first one to its first.
-    prs = {pr for _, pr in written}
-    superseded = LogicalJob.objects.filter(
-        Q(outcome=stats.SUPERSEDED, pr_number__in=prs)
-        | Q(first_outcome=stats.SUPERSEDED, first_pr_number__in=prs),
-        downstream_id__in={backend for backend, _ in written},
-    ).values_list(
-        "downstream_id", *_KEY, "outcome", "pr_number", "first_outcome", "first_pr_number"
-    )
-    stale |= {
-        row[:5]
-        for row in superseded
-        if (row[5] == stats.SUPERSEDED and (row[0], row[6]) in written)
-        or (row[7] == stats.SUPERSEDED and (row[0], row[8]) in written)
-    }
-    shas = {key[2] for key in stale}
-    for job in LogicalJob.objects.filter(downstream_id__in=ids, head_sha__in=shas).values(*_LAYER):
-        if (job["downstream_id"], *(job[column] for column in _KEY)) in stale:
-            out[job["downstream_id"]].count(job, -1)
-    for job in _as_of_jobs(ids, shas, as_of):
-        if (job["downstream_id"], *(job[column] for column in _KEY)) in stale:
-            out[job["downstream_id"]].count(job, 1)
+    for prs in _chunks({pr for _, pr in written}):
+        superseded = LogicalJob.objects.filter(
+            Q(outcome=stats.SUPERSEDED, pr_number__in=prs)
+            | Q(first_outcome=stats.SUPERSEDED, first_pr_number__in=prs),
+            downstream_id__in={backend for backend, _ in written},
+        ).values_list(
+            "downstream_id", *_KEY, "outcome", "pr_number", "first_outcome", "first_pr_number"
+        )
+        stale |= {
+            row[:5]
+            for row in superseded
+            if (row[5] == stats.SUPERSEDED and (row[0], row[6]) in written)
+            or (row[7] == stats.SUPERSEDED and (row[0], row[8]) in written)
+        }
+    # A chunk of SHAs at a time (a catch-up as of long ago has many): each chunk's jobs are
+    # derived from their own SHAs' and PRs' attempts, and counted for their own SHAs only.
+    for shas in _chunks({key[2] for key in stale}):
+        layer = LogicalJob.objects.filter(downstream_id__in=ids, head_sha__in=shas)
+        for job in layer.values(*_LAYER):
+            if (job["downstream_id"], *(job[column] for column in _KEY)) in stale:
+                out[job["downstream_id"]].count(job, -1)
+        for job in _as_of_jobs(ids, shas, as_of):
+            key = (job["downstream_id"], *(job[column] for column in _KEY))
+            if job["head_sha"] in shas and key in stale:
+                out[job["downstream_id"]].count(job, 1)
+
+
+def _chunks(values: set[_V]) -> Iterator[set[_V]]:
+    """`values` in sets of at most `IN_CHUNK`, in order: a bound on a read's parameters."""
+    ordered = sorted(values)
+    for start in range(0, len(ordered), IN_CHUNK):
+        yield set(ordered[start : start + IN_CHUNK])
 
 
 def _as_of_jobs(ids: Sequence[int], shas: set[str], as_of: dt.datetime) -> list[dict[str, Any]]:
@@ -486,8 +501,6 @@ def _midnight_after(moment: dt.datetime) -> dt.datetime:
     return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
 
 
-# How many SHAs one read of `oncall_rows` names (a bound on its parameters).
-SHA_CHUNK = 1000
 # What `promotion.oncall_response_hours` reads of an attempt.
 _ONCALL_COLUMNS = [*stats.LOGICAL_JOB_KEY, *stats.ATTEMPT_ORDER, "status", "conclusion",
                    "placed_at"]  # fmt: skip
@@ -510,13 +523,10 @@ def oncall_rows(
     columns = ["downstream_id", *_ONCALL_COLUMNS[1:]]
     # The failed jobs' SHAs as values, a chunk at a time: as a subquery, PostgreSQL expected
     # five times the SHAs and hashed every PR attempt the backends ever had (0.26 s at 1M).
-    shas = sorted({key[2] for key in keys})
     rows = [
         row
-        for start in range(0, len(shas), SHA_CHUNK)
-        for row in pr_rows.filter(head_sha__in=shas[start : start + SHA_CHUNK]).values_list(
-            *columns
-        )
+        for shas in _chunks({key[2] for key in keys})
+        for row in pr_rows.filter(head_sha__in=shas).values_list(*columns)
         if row[:5] in keys
     ]
     frame = pd.DataFrame.from_records(rows, columns=_ONCALL_COLUMNS)

@@ -29,19 +29,23 @@ WINDOWS = (1, 7, 14, 28, 30)
 
 
 def _counts_equal_the_attempts(backend, as_of: dt.datetime) -> None:
-    counts = gate_counts.backend_counts([backend.id], WINDOWS, 30, as_of, flips=True)[backend.id]
     frame = selectors.jobs_frame(NOW - dt.timedelta(days=400), as_of, [backend.id])
     reference = stats.prepare(stats.as_of(frame, as_of))
-    for days_back in WINDOWS:
-        start = as_of - dt.timedelta(days=days_back)
-        for name in sorted(gate_counts.SUPPORTED):
-            expected = stats.compute_metric(name, reference, start, as_of)
-            assert counts.metric(name, start, stats.DEFAULT_MIN_N) == expected, (name, days_back)
-    assert counts.last_result == stats.last_result_at(reference)
+    # The SHAs and PRs the as-of correction re-derives read one at a time, and all at once.
+    for chunk in (1, gate_counts.IN_CHUNK):
+        with mock.patch.object(gate_counts, "IN_CHUNK", chunk):
+            counts = gate_counts.backend_counts([backend.id], WINDOWS, 30, as_of, flips=True)
+        for days_back in WINDOWS:
+            start = as_of - dt.timedelta(days=days_back)
+            for name in sorted(gate_counts.SUPPORTED):
+                expected = stats.compute_metric(name, reference, start, as_of)
+                got = counts[backend.id].metric(name, start, stats.DEFAULT_MIN_N)
+                assert got == expected, (name, days_back, chunk)
+        assert counts[backend.id].last_result == stats.last_result_at(reference)
     # The failed jobs' SHAs read one, two and a thousand at a time.
-    for days_back, chunk in ((1, 1), (14, 2), (28, gate_counts.SHA_CHUNK)):
+    for days_back, chunk in ((1, 1), (14, 2), (28, gate_counts.IN_CHUNK)):
         since = as_of - dt.timedelta(days=days_back)
-        with mock.patch.object(gate_counts, "SHA_CHUNK", chunk):
+        with mock.patch.object(gate_counts, "IN_CHUNK", chunk):
             paired = gate_counts.oncall_rows([backend.id], since, as_of)[backend.id]
         expected = promotion.oncall_response_hours(stats.as_of(frame, as_of), since)
         assert promotion.oncall_response_hours(paired, since) == expected, days_back
