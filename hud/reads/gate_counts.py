@@ -220,28 +220,33 @@ class BackendCounts:
 
     def count(self, job: Mapping[str, Any], sign: int) -> None:
         """Add (sign 1) or take out (-1) one logical job given as its layer columns."""
-        key = tuple(job[column] for column in _KEY)
-        first_row = self.as_of - max(self.as_of - start for start in self.starts)
+        first_row = min(self.starts)
         if first_row <= job["placed_at"] < self.as_of:
             completed = job["latest_status"] == Job.Status.COMPLETED
             row = _job_row(job["outcome"], completed, job["attempts"])
             self.jobs.add(*self._bucket(job["placed_at"]), sign * row)
-            if job["outcome"] in _NOT_PASSING:
-                if sign > 0:
-                    self.failing[key] = (job["placed_at"], job["outcome"])
-                else:
-                    self.failing.pop(key, None)
-            if _in_series(job["event_type"], job["ref"]):
-                if sign > 0:
-                    self.series_points[key] = tuple(job[column] for column in _FLIP_SOURCE)
-                else:
-                    self.series_points.pop(key, None)
+            self.track(job, sign)
         if first_row <= job["last_placed_at"] < self.as_of:
             row = np.array(
                 [job["first_outcome"] == stats.SUCCESS, job["first_outcome"] in stats.COUNTED,
                  job["flake_eligible"], job["flaky"]], dtype=np.int64,
             )  # fmt: skip
             self.by_last_row.add(*self._bucket(job["last_placed_at"]), sign * row)
+
+    def track(self, job: Mapping[str, Any], sign: int) -> None:
+        """Track (sign 1) or drop (-1) a logical job placed in the windows among the failing
+        jobs and the series points, as its outcome and event say."""
+        key = tuple(job[column] for column in _KEY)
+        if job["outcome"] in _NOT_PASSING:
+            if sign > 0:
+                self.failing[key] = (job["placed_at"], job["outcome"])
+            else:
+                self.failing.pop(key, None)
+        if _in_series(job["event_type"], job["ref"]):
+            if sign > 0:
+                self.series_points[key] = tuple(job[column] for column in _FLIP_SOURCE)
+            else:
+                self.series_points.pop(key, None)
 
 
 def _job_row(outcome: str, completed: bool, attempts: int) -> np.ndarray:
@@ -319,12 +324,7 @@ def backend_counts(
     trunk = Q(event_type="push", ref=stats.TRUNK_REF) | Q(event_type="nightly")
     listed = Q(outcome__in=_NOT_PASSING) | (trunk if flips else Q(pk__in=[]))
     for job in LogicalJob.objects.filter(span, listed).values(*_LAYER):
-        counts = out[job["downstream_id"]]
-        key = tuple(job[column] for column in _KEY)
-        if job["outcome"] in _NOT_PASSING:
-            counts.failing[key] = (job["placed_at"], job["outcome"])
-        if _in_series(job["event_type"], job["ref"]):
-            counts.series_points[key] = tuple(job[column] for column in _FLIP_SOURCE)
+        out[job["downstream_id"]].track(job, 1)
     timed = Q(status=Job.Status.COMPLETED) & ~Q(conclusion=Job.Conclusion.SKIPPED)
     swept = Q(closed_by_sweeper=True)
     end_to_end = F("execution_seconds") + Coalesce("queue_seconds", Value(0.0))
@@ -391,12 +391,16 @@ def _rederive_later(out: dict[int, BackendCounts], ids: Sequence[int], as_of: dt
     for shas in _chunks({key[2] for key in stale}):
         layer = LogicalJob.objects.filter(downstream_id__in=ids, head_sha__in=shas)
         for job in layer.values(*_LAYER):
-            if (job["downstream_id"], *(job[column] for column in _KEY)) in stale:
+            if _backend_key(job) in stale:
                 out[job["downstream_id"]].count(job, -1)
         for job in _as_of_jobs(ids, shas, as_of):
-            key = (job["downstream_id"], *(job[column] for column in _KEY))
-            if job["head_sha"] in shas and key in stale:
+            if job["head_sha"] in shas and _backend_key(job) in stale:
                 out[job["downstream_id"]].count(job, 1)
+
+
+def _backend_key(job: Mapping[str, Any]) -> tuple:
+    """A logical job of layer columns as (backend id, *`_KEY`)."""
+    return (job["downstream_id"], *(job[column] for column in _KEY))
 
 
 def _chunks(values: set[_V]) -> Iterator[set[_V]]:
