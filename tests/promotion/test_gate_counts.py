@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 
 from hud import promotion, stats
 from hud.core import clock
-from hud.models import Downstream, Level, LogicalJob
+from hud.core.payload import parse_callback
+from hud.ingestion import ingest
+from hud.models import Downstream, Job, Level, LogicalJob
 from hud.reads import gate_counts, selectors
 from tests.conftest import NOW
 from tests.ingestion.test_derived import REPO, SHA_A, SHA_B, steps
@@ -86,6 +88,33 @@ def test_a_first_attempt_superseded_only_later_counts_as_the_cancel_it_was():
         _step(backend, {**cancel, "sha": SHA_B, "conclusion": "success"}, moving)
         assert LogicalJob.objects.get(head_sha=SHA_A).first_outcome == stats.SUPERSEDED
         _counts_equal_the_attempts(backend, as_of)
+
+
+@pytest.mark.django_db
+def test_trunk_and_nightly_series_flip_the_same_counted():
+    """Trunk pushes and nightlies (the flip rate's series, which the random histories above do
+    not make), one re-run after the moment judged: the flips counted equal hud.stats'."""
+
+    def run(sha: str, event_type: str, conclusion: str, attempt: int = 1) -> None:
+        moving.advance(hours=5)
+        body = builders.callback_body(
+            REPO, status="completed", conclusion=conclusion, event_type=event_type,
+            delivery_id=f"{event_type}-{sha}", payload={"after": sha, "ref": stats.TRUNK_REF},
+            job_name="build", run_attempt=attempt,
+        )  # fmt: skip
+        ingest.store(backend, parse_callback(body, REPO), source=Job.Source.CALLBACK)
+
+    with clock.frozen_at(NOW) as moving:
+        backend = builders.downstream(REPO, Level.L2)
+        for i, conclusion in enumerate("sfssffsfs"):
+            outcome = "success" if conclusion == "s" else "failure"
+            run(f"{i:040x}", ("push", "nightly")[i % 2], outcome)
+        as_of = moving.moment + dt.timedelta(minutes=1)
+        run(f"{8:040x}", "push", "success", attempt=2)  # the last push, re-run into a pass
+        for moment in (as_of, moving.moment + dt.timedelta(minutes=1)):
+            counts = gate_counts.backend_counts([backend.id], [7], 0, moment, flips=True)
+            assert counts[backend.id].metric("flip_rate", NOW, 1).n > 0
+            _counts_equal_the_attempts(backend, moment)
 
 
 def test_every_metric_a_policy_may_name_is_read_from_counts():
