@@ -82,7 +82,13 @@ from hud.attribution.policy import (
     above,
     load_attribution_policy,
 )
-from hud.attribution.verdicts import index_by_job, verdict_counts, verdicts_for, verdicts_of
+from hud.attribution.verdicts import (
+    gate_verdicts,
+    index_by_job,
+    verdict_counts,
+    verdicts_for,
+    verdicts_of,
+)
 
 __all__ = [
     "BADGES",
@@ -113,6 +119,7 @@ __all__ = [
     "failed_tests_overview",
     "failure_signature",
     "gate_adjusted_pass_rates",
+    "gate_verdicts",
     "index_by_job",
     "judged_keys",
     "judged_keys_of_counts",

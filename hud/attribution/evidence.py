@@ -18,6 +18,7 @@ from hud import stats
 from hud.attribution.identity import (
     LogicalKey,
     _moment,
+    _test_set,
     failed_test_id,
     failure_signature,
     logical_key,
@@ -202,9 +203,12 @@ def _load(
     keys: set[LogicalKey],
     policy: AttributionPolicy,
     until: dt.datetime | None,
+    *,
+    cross_commit: bool = True,
 ) -> _Loaded:
     """Bulk-load latest attempts, attempts, failed tests, references and cross-commit evidence
-    for `keys`: a constant number of queries, each bounded by the keys' SHAs or their window."""
+    for `keys`: a constant number of queries, each bounded by the keys' SHAs or their window.
+    Without `cross_commit`, the cross-commit evidence is left empty for `_add_cross_commit`."""
     judged_at = until or clock.now()
     latest = _latest_on(keys, until)
     judged = [latest[key] for key in keys if key in latest]
@@ -222,20 +226,30 @@ def _load(
     failing_by_sha: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in failing_latest:
         failing_by_sha[row["head_sha"]].append(row)
-    # Cross-commit evidence of the judged jobs' failed tests and jobs, on their backends.
-    test_failures, runs = _cross_commit_rows(judged, policy, judged_at)
     attempt_ids, successes = _attempts_of(keys, until)
-    return _Loaded(
+    loaded = _Loaded(
         latest,
         attempt_ids,
         _failed_tests_by_job(wanted),
         references,
         failing_by_sha,
         successes,
-        test_failures,
-        runs,
+        {},
+        {},
         judged_at,
     )
+    if cross_commit:
+        _add_cross_commit(loaded, judged, policy)
+    return loaded
+
+
+def _add_cross_commit(
+    loaded: _Loaded, judged: list[dict[str, Any]], policy: AttributionPolicy
+) -> None:
+    """Load the cross-commit evidence of the judged jobs' failed tests and jobs, on their
+    backends. Each judged job reads its own window of it only (`_cross_commit`), so what
+    others are loaded with it does not change its evidence."""
+    loaded.test_failures, loaded.runs = _cross_commit_rows(judged, policy, loaded.judged_at)
 
 
 # What the rules read of another backend's jobs on a judged SHA: its failing ones (the
@@ -400,6 +414,22 @@ def _failed_tests_by_job(wanted: set[int]) -> dict[int, list[dict[str, Any]]]:
         ):
             tests_by_job[test["job_id"]].append(test)
     return tests_by_job
+
+
+def _may_be_corroborated(row: dict, loaded: _Loaded) -> bool:
+    """Whether another backend's failure on this job's SHA could corroborate it (rule 5): one
+    sharing any of its failed tests' names, or any, when it reported none. Rule 5 corroborates
+    with the tests new to this PR, a subset of these, so a job this says no to is never
+    corroborated, whatever its cross-commit evidence."""
+    names = {
+        split_failed_test_id(test_id)[1] for test_id in _test_set(_tests_of(loaded, row["id"]))
+    }
+    for other in loaded.failing_by_sha.get(row["head_sha"], []):
+        if other["downstream"] == row["downstream"]:
+            continue
+        if not names or any(t["name"] in names for t in _tests_of(loaded, other["id"])):
+            return True
+    return False
 
 
 def _other_backends(row: dict, loaded: _Loaded, mine: set[str]) -> list[dict[str, Any]]:

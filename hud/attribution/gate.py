@@ -13,7 +13,7 @@ import pandas as pd
 from hud import gates, stats
 from hud.attribution.identity import LogicalKey, logical_key
 from hud.attribution.policy import BROKEN_DOWNSTREAM, INFRA, JUDGED_OUTCOMES, UPSTREAM_LIKELY
-from hud.attribution.verdicts import verdicts_of
+from hud.attribution.verdicts import gate_verdicts
 from hud.models import Downstream
 from hud.reads.gate_counts import BackendCounts
 
@@ -44,7 +44,7 @@ def gate_adjusted_pass_rates(
     """
     prepared = stats.prepare(jobs)
     keys = judged_keys(prepared, windows, as_of)
-    verdicts = verdicts_of(keys, until=as_of) if keys else []
+    verdicts = gate_verdicts(keys, until=as_of) if keys else []
     return adjusted_pass_rates(prepared, windows, as_of, verdicts, min_n=min_n)
 
 

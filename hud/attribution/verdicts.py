@@ -10,9 +10,11 @@ from typing import Any
 
 from hud import stats
 from hud.attribution.evidence import (
+    _add_cross_commit,
     _cross_commit,
     _load,
     _Loaded,
+    _may_be_corroborated,
     _other_backends,
     _tests_of,
 )
@@ -92,6 +94,11 @@ def _judge(
     row: dict, loaded: _Loaded, policy: AttributionPolicy, signatures: tuple[Signature, ...]
 ) -> Judged:
     """The first rule that matches (docs/attribution.md "The rules, in order")."""
+    return _first_rules(row, loaded, signatures) or _cross_commit_rules(row, loaded, policy)
+
+
+def _first_rules(row: dict, loaded: _Loaded, signatures: tuple[Signature, ...]) -> Judged | None:
+    """Rules 1-3, which read the job's own SHA and references, not its cross-commit evidence."""
     for verdict, rule in (
         (FLAKY, lambda: _rerun_passed(row, loaded)),
         (INFRA, lambda: _infra(row, loaded, signatures)),
@@ -100,6 +107,11 @@ def _judge(
         evidence = rule()
         if evidence:
             return verdict, evidence
+    return None
+
+
+def _cross_commit_rules(row: dict, loaded: _Loaded, policy: AttributionPolicy) -> Judged:
+    """Rules 4-6, when rules 1-3 did not match: the job's evidence across commits."""
     cross = _cross_commit(row, loaded, policy)
     if cross["tests"]:
         judged = _tests_fail_elsewhere(cross, policy)
@@ -238,7 +250,7 @@ def _verdict_dict(
         "workflow_name": row["workflow_name"],
         "job_name": row["job_name"],
         "job_id": int(row["id"]),
-        "attempt_ids": [],
+        "attempt_ids": sorted(loaded.attempt_ids.get(logical_key(row), [])),
         "run_attempt": int(row["run_attempt"]),
         "attempts": int(row["attempts"]),
         "conclusion": row["conclusion"] or None,
@@ -275,10 +287,38 @@ def _verdicts(
             verdict, evidence = _judge(row, loaded, policy, signatures)
         elif row["outcome"] == stats.SUPERSEDED:
             evidence = {"rule": "not_judged", "summary": "cancelled, superseded by a newer SHA"}
-        item = _verdict_dict(row, verdict, evidence, loaded)
-        item["attempt_ids"] = sorted(loaded.attempt_ids.get(key, []))
-        out.append(item)
+        out.append(_verdict_dict(row, verdict, evidence, loaded))
     return out, loaded
+
+
+def gate_verdicts(
+    keys: set[LogicalKey], *, until: dt.datetime | None = None
+) -> list[dict[str, Any]]:
+    """The verdicts of `keys` that the gate-adjusted pass rate may leave out
+    (`hud.attribution.gate.excluded_from_gate`), each the one `verdicts_of` gives.
+
+    A judged job that rules 1-3 do not decide is left out only when rule 5 finds it
+    corroborated by another backend; one that no other backend's failure on its SHA could
+    corroborate (`_may_be_corroborated`) gets no verdict here, so its cross-commit evidence,
+    most of a gate's verdict work, is never read. The rest are judged in full."""
+    policy = load_attribution_policy()
+    signatures = load_signatures()
+    loaded = _load(keys, policy, until, cross_commit=False)
+    decided, corroborable = [], []
+    for key in sorted(keys):
+        row = loaded.latest.get(key)
+        if row is None or row["outcome"] not in JUDGED_OUTCOMES:
+            continue
+        judged = _first_rules(row, loaded, signatures)
+        if judged:
+            decided.append(_verdict_dict(row, *judged, loaded))
+        elif _may_be_corroborated(row, loaded):
+            corroborable.append(row)
+    _add_cross_commit(loaded, corroborable, policy)
+    return decided + [
+        _verdict_dict(row, *_cross_commit_rules(row, loaded, policy), loaded)
+        for row in corroborable
+    ]
 
 
 def _keys_of(jobs: Iterable[Job | Mapping[str, Any]]) -> set[LogicalKey]:

@@ -206,7 +206,7 @@ def _evaluate(
         *_prepared(policy, [p for p in plans if p.downstream.id not in counted], as_of),
     ]
     keys = set().union(*(item.judged for item in pending))
-    verdicts = attribution.verdicts_of(keys, until=as_of) if keys else []
+    verdicts = attribution.gate_verdicts(keys, until=as_of) if keys else []
     return {item.downstream.id: _finish(item, verdicts, as_of) for item in pending}
 
 
