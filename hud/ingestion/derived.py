@@ -126,10 +126,12 @@ UPSERT_LOGICAL_JOB = (
     + ", ".join(f"{c} = excluded.{c}" for c in LOGICAL_JOB_COLUMNS[len(KEY_COLUMNS) :])
 )
 UPSERT_ROLLUP = (
-    f"INSERT INTO hud_dailyrollup (downstream_id, event_type, day, {', '.join(ROLLUP_FIELDS)})"
-    f" VALUES ({', '.join(['%s'] * (3 + len(ROLLUP_FIELDS)))})"
+    "INSERT INTO hud_dailyrollup (downstream_id, event_type, day,"
+    f" {', '.join(ROLLUP_FIELDS)}, revision)"
+    f" VALUES ({', '.join(['%s'] * (3 + len(ROLLUP_FIELDS)))}, 1)"
     " ON CONFLICT (downstream_id, event_type, day) DO UPDATE SET "
     + ", ".join(f"{f} = hud_dailyrollup.{f} + excluded.{f}" for f in ROLLUP_FIELDS)
+    + ", revision = hud_dailyrollup.revision + 1"
 )
 ADVISORY_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 

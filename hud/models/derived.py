@@ -131,6 +131,9 @@ class DailyRollup(models.Model):
     end_to_end_ms = models.BigIntegerField(default=0)
     overrun_known = models.IntegerField(default=0)
     overrun = models.IntegerField(default=0)
+    # How many writes changed this row (1 when inserted): with the row ids, it tells a read
+    # whether what it kept of this day (hud.reads.rollups, the daily medians) is still true.
+    revision = models.IntegerField(default=0)
 
     class Meta:
         constraints = [

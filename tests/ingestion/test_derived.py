@@ -84,8 +84,21 @@ def the_rollup() -> DailyRollup:
 
 
 def test_rollup_model_has_exactly_the_fields_the_writer_counts():
-    counted = [f.column for f in DailyRollup._meta.concrete_fields if f.name not in ("id", "day")]
+    # Besides its key, a row holds the counts and how many writes changed it.
+    not_counted = ("id", "day", "revision")
+    counted = [f.column for f in DailyRollup._meta.concrete_fields if f.name not in not_counted]
     assert counted[2:] == list(derived.ROLLUP_FIELDS)
+
+
+def test_each_write_that_changes_a_rollup_row_raises_its_revision(backend, frozen_clock):
+    report(backend)
+    assert the_rollup().revision == 1
+    frozen_clock.advance(minutes=10)
+    report(backend, "completed", "success")
+    assert the_rollup().revision == 2
+    # A duplicate changes no count, so the row and its revision stay.
+    report(backend, "completed", "success")
+    assert the_rollup().revision == 2
 
 
 def test_in_progress_callback_creates_an_excluded_logical_job(backend, frozen_clock):

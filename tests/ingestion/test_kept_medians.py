@@ -1,0 +1,114 @@
+"""The daily medians a read keeps (hud.reads.rollups): a whole day's are read again only when
+its rollup rows changed, and what the table shows always equals the medians of the attempts.
+
+Imported results land on their reported day, so late attempts change past days that a read
+has already kept; reads come between writes, days apart."""
+
+import datetime as dt
+from unittest import mock
+
+import pandas as pd
+import pytest
+from django.core.cache import cache
+from django.db import transaction
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hud import stats
+from hud.core import clock
+from hud.ingestion import ingest
+from hud.models import Job, Level
+from hud.reads import rollups, selectors
+from tests.conftest import NOW
+from tests.support import builders
+
+REPO = "org/repo"
+DAYS = 4
+
+
+def _import(day_back: int, run_id: int, conclusion: str, execution: float, queue: float):
+    """An imported result completed `day_back` days before today, at 08:00."""
+    day = (clock.now() - dt.timedelta(days=day_back)).date()
+    body = builders.callback_body(
+        REPO, status="completed", conclusion=conclusion, run_id=run_id, job_name=f"job-{run_id}"
+    )
+    body["workflow"]["completed_at"] = f"{day.isoformat()}T08:00:00Z"
+    forward = builders.forward_body(body, REPO, queue_time=queue, execution_time=execution)
+    try:
+        ingest.receive_forward(forward, source=Job.Source.IMPORT)
+    except ingest.Rejected as refused:  # a conflicting result for the same attempt
+        assert refused.http_status == 409
+
+
+def _table_equals_the_attempts(backend) -> None:
+    end = clock.now()
+    start = (end - dt.timedelta(days=DAYS - 1)).replace(hour=0, minute=0, second=0)
+    frame = selectors.jobs_frame(start, end)
+    for events in (None, ("pull_request",)):
+        table = rollups.daily_table([backend.id], start, end, events)
+        expected = stats.daily_series(frame, start, end)
+        pd.testing.assert_frame_equal(
+            table.drop(columns="downstream_id"), expected, check_dtype=False
+        )
+
+
+imports = st.tuples(
+    st.just("import"),
+    st.integers(0, DAYS - 1),
+    st.integers(1, 6),  # few run ids: repeats are duplicates or conflicts
+    st.sampled_from(["success", "failure", "skipped"]),
+    st.sampled_from([30.0, 600.0, 1234.5, 7200.0]),
+    st.sampled_from([0.0, 60.0, 900.0]),
+)
+steps = st.one_of(
+    imports,
+    imports,
+    st.tuples(st.just("read")),
+    st.tuples(st.just("wait"), st.sampled_from([90, 600, 1440])),
+)
+
+
+@pytest.mark.django_db
+@settings(max_examples=30, deadline=None)
+@given(st.lists(steps, min_size=5, max_size=30))
+def test_kept_medians_equal_the_attempts_after_any_writes(script):
+    # Each example's rows are rolled back, and SQLite gives the next one the same ids: what a
+    # read kept belongs to a database that no longer exists.
+    cache.clear()
+    with clock.frozen_at(NOW) as moving, transaction.atomic():
+        backend = builders.downstream(REPO, Level.L2)
+        for step in (*script, ("read",)):
+            if step[0] == "import":
+                _import(*step[1:])
+            elif step[0] == "wait":
+                moving.advance(minutes=step[1])
+            else:
+                _table_equals_the_attempts(backend)
+        transaction.set_rollback(True)
+
+
+@pytest.mark.django_db
+def test_a_read_takes_again_only_the_days_written_to_since(frozen_clock):
+    backend = builders.downstream(REPO, Level.L2)
+    for day_back in range(DAYS):
+        _import(day_back, run_id=10 + day_back, conclusion="success", execution=600.0, queue=60.0)
+    asked = []
+    real = rollups._median_rows
+
+    def spy(timed):
+        rows = real(timed)
+        asked.append(sorted(day for _, day, _, _ in rows))
+        return rows
+
+    with mock.patch.object(rollups, "_median_rows", spy):
+        _table_equals_the_attempts(backend)  # every day, twice (all events, then PRs)
+        asked.clear()
+        _table_equals_the_attempts(backend)  # today only: the past days are kept
+        today = clock.now().date().isoformat()
+        assert asked == [[today], [today]]
+        # A late result two days back: that day is taken again, with its new median.
+        _import(2, run_id=99, conclusion="failure", execution=7200.0, queue=0.0)
+        asked.clear()
+        _table_equals_the_attempts(backend)
+        two_days_back = (clock.now() - dt.timedelta(days=2)).date().isoformat()
+        assert asked == [sorted([two_days_back, today])] * 2
