@@ -68,7 +68,7 @@ def daily_table(
     # (backend, ISO day) → fingerprint, for the days with timed runs.
     runs = 2 + len(_TALLY)
     fingerprints = {
-        (row[0], str(row[1])[:10]): tuple(int(n) for n in row[-len(_FINGERPRINT) :])
+        (row[0], str(row[1])[:10]): tuple(map(int, row[-len(_FINGERPRINT) :]))
         for row in read
         if row[runs]
     }
