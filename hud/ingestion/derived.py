@@ -125,6 +125,14 @@ UPSERT_LOGICAL_JOB = (
     f" ON CONFLICT ({', '.join(KEY_COLUMNS)}) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in LOGICAL_JOB_COLUMNS[len(KEY_COLUMNS) :])
 )
+# A rebuild's rows (each key once, after the table was emptied): `revision` is left to the
+# column's default, so migration 0009, which rebuilds the layer before 0011 adds the column,
+# runs this very statement.
+FILL_ROLLUP = (
+    f"INSERT INTO hud_dailyrollup (downstream_id, event_type, day, {', '.join(ROLLUP_FIELDS)})"
+    f" VALUES ({', '.join(['%s'] * (3 + len(ROLLUP_FIELDS)))})"
+)
+# A write's increments, raising the row's revision (hud.reads.rollups reads it).
 UPSERT_ROLLUP = (
     "INSERT INTO hud_dailyrollup (downstream_id, event_type, day,"
     f" {', '.join(ROLLUP_FIELDS)}, revision)"
@@ -345,7 +353,11 @@ def _row(vendor: str, key: LogicalKey, derived: Derived) -> list[Any]:
 
 
 def _write_rollups(
-    cursor: Any, vendor: str, downstream_id: int, deltas: Mapping[tuple[str, str], Mapping]
+    cursor: Any,
+    vendor: str,
+    downstream_id: int,
+    deltas: Mapping[tuple[str, str], Mapping],
+    statement: str = UPSERT_ROLLUP,
 ) -> None:
     """Add each (event type, day)'s increments, in key order so writers never deadlock."""
     rows = []
@@ -357,7 +369,7 @@ def _write_rollups(
             [downstream_id, event_type, day_value, *(fields.get(f, 0) for f in ROLLUP_FIELDS)]
         )
     if rows:
-        cursor.executemany(UPSERT_ROLLUP, rows)
+        cursor.executemany(statement, rows)
 
 
 # --------------------------------------------------------------------------- incremental
@@ -497,5 +509,5 @@ def rebuild(
     if pending:
         cursor.executemany(UPSERT_LOGICAL_JOB, pending)
     for downstream_id, deltas in sorted(rollups.items()):
-        _write_rollups(cursor, vendor, downstream_id, deltas)
+        _write_rollups(cursor, vendor, downstream_id, deltas, FILL_ROLLUP)
     return jobs

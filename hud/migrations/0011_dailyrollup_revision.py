@@ -3,7 +3,8 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     # A column with a constant default: PostgreSQL adds it without rewriting the table. Rows
-    # kept before it start at 0; the next write that changes one makes it 1.
+    # kept before it start at 0, as rows a rebuild inserts (the database's default); the next
+    # write that changes one makes it 1.
     dependencies = [
         ("hud", "0010_logicaljob_last_row_required"),
     ]
@@ -12,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="dailyrollup",
             name="revision",
-            field=models.IntegerField(default=0),
+            field=models.IntegerField(db_default=0, default=0),
         ),
     ]

@@ -133,7 +133,7 @@ class DailyRollup(models.Model):
     overrun = models.IntegerField(default=0)
     # How many writes changed this row (1 when inserted): with the row ids, it tells a read
     # whether what it kept of this day (hud.reads.rollups, the daily medians) is still true.
-    revision = models.IntegerField(default=0)
+    revision = models.IntegerField(default=0, db_default=0)
 
     class Meta:
         constraints = [
