@@ -300,25 +300,26 @@ def gate_verdicts(
     A judged job that rules 1-3 do not decide is left out only when rule 5 finds it
     corroborated by another backend; one that no other backend's failure on its SHA could
     corroborate (`_may_be_corroborated`) gets no verdict here, so its cross-commit evidence,
-    most of a gate's verdict work, is never read. The rest are judged in full."""
+    most of a gate's verdict work, is never read. The rest are judged in full, and listed in
+    the order `verdicts_of` lists them."""
     policy = load_attribution_policy()
     signatures = load_signatures()
     loaded = _load(keys, policy, until, cross_commit=False)
-    decided, corroborable = [], []
-    for key in sorted(keys):
+    decided: dict[LogicalKey, Judged] = {}
+    corroborable: dict[LogicalKey, dict[str, Any]] = {}
+    for key in keys:
         row = loaded.latest.get(key)
         if row is None or row["outcome"] not in JUDGED_OUTCOMES:
             continue
         judged = _first_rules(row, loaded, signatures)
         if judged:
-            decided.append(_verdict_dict(row, *judged, loaded))
+            decided[key] = judged
         elif _may_be_corroborated(row, loaded):
-            corroborable.append(row)
-    _add_cross_commit(loaded, corroborable, policy)
-    return decided + [
-        _verdict_dict(row, *_cross_commit_rules(row, loaded, policy), loaded)
-        for row in corroborable
-    ]
+            corroborable[key] = row
+    _add_cross_commit(loaded, list(corroborable.values()), policy)
+    for key, row in corroborable.items():
+        decided[key] = _cross_commit_rules(row, loaded, policy)
+    return [_verdict_dict(loaded.latest[key], *decided[key], loaded) for key in sorted(decided)]
 
 
 def _keys_of(jobs: Iterable[Job | Mapping[str, Any]]) -> set[LogicalKey]:

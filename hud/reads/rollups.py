@@ -108,6 +108,8 @@ _FINGERPRINT = {
 }
 MEDIANS_KEY = "rollups:medians:v1:{backend}:{events}"
 MEDIANS_KEPT_SECONDS = 7 * 86400
+# Longer than any window a page or the API reads (90 days).
+MEDIANS_KEPT_DAYS = dt.timedelta(days=120)
 _MEDIAN_COLUMNS = ["downstream_id", "day", "p50_execution_seconds", "p50_end_to_end_seconds"]
 
 
@@ -121,7 +123,7 @@ def _medians(
     seconds of its timed attempts (`stats.end_to_end_seconds`). A whole day (one that ends by
     `end`) whose rollup rows kept their fingerprint is read from the cache; the others are
     taken from `timed` and the whole ones kept."""
-    events_key = ",".join(sorted(events)) if events is not None else "*"
+    events_key = ",".join(sorted(set(events))) if events is not None else "*"
     keys = {
         backend: MEDIANS_KEY.format(backend=backend, events=events_key)
         for backend in sorted({backend for backend, _ in fingerprints})
@@ -152,7 +154,12 @@ def _medians(
                 kept[backend][day] = (fingerprints[(backend, day)], execution, end_to_end)
                 changed.add(backend)
         if changed:
-            cache.set_many({keys[b]: kept[b] for b in changed}, MEDIANS_KEPT_SECONDS)
+            # Days no window reaches any more are dropped as an entry is written again.
+            oldest = (_midnight(whole_before) - MEDIANS_KEPT_DAYS).date().isoformat()
+            cache.set_many(
+                {keys[b]: {d: v for d, v in kept[b].items() if d >= oldest} for b in changed},
+                MEDIANS_KEPT_SECONDS,
+            )
     frame = pd.DataFrame.from_records(rows, columns=_MEDIAN_COLUMNS)
     frame = frame.astype({"p50_execution_seconds": float, "p50_end_to_end_seconds": float})
     frame["day"] = pd.to_datetime(frame["day"]).dt.tz_localize("UTC")

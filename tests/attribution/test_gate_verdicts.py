@@ -38,9 +38,11 @@ def test_gate_verdicts_exclude_what_the_full_verdicts_exclude(frozen_clock, seed
     full = attribution.verdicts_of(keys, until=until)
     gate = attribution.gate_verdicts(keys, until=until)
     by_job = {item["job_id"]: item for item in full}
-    # Each verdict the gate judges is the full one, evidence and all.
+    # Each verdict the gate judges is the full one, evidence and all, in the same order.
     for item in gate:
         assert item == by_job[item["job_id"]]
+    judged = {item["job_id"] for item in gate}
+    assert [item["job_id"] for item in gate] == [i["job_id"] for i in full if i["job_id"] in judged]
     assert _excluded(gate) == _excluded(full)
     # Every way of being left out occurs, and some jobs are skipped as uncorroborable.
     rules = {item["evidence"]["rule"] for item in _excluded(full)}
