@@ -27,12 +27,13 @@ DAYS = 4
 
 
 def _import(day_back: int, run_id: int, conclusion: str, execution: float, queue: float):
-    """An imported result completed `day_back` days before today, at 08:00."""
-    day = (clock.now() - dt.timedelta(days=day_back)).date()
+    """An imported result completed `day_back` days and a minute ago (never after the read's
+    end: the rollups count a whole day, the attempts read end now)."""
+    done = clock.now() - dt.timedelta(days=day_back, minutes=1)
     body = builders.callback_body(
         REPO, status="completed", conclusion=conclusion, run_id=run_id, job_name=f"job-{run_id}"
     )
-    body["workflow"]["completed_at"] = f"{day.isoformat()}T08:00:00Z"
+    body["workflow"]["completed_at"] = done.strftime("%Y-%m-%dT%H:%M:%SZ")
     forward = builders.forward_body(body, REPO, queue_time=queue, execution_time=execution)
     try:
         ingest.receive_forward(forward, source=Job.Source.IMPORT)
