@@ -417,19 +417,17 @@ def _failed_tests_by_job(wanted: set[int]) -> dict[int, list[dict[str, Any]]]:
 
 
 def _may_be_corroborated(row: dict, loaded: _Loaded) -> bool:
-    """Whether another backend's failure on this job's SHA could corroborate it (rule 5): one
-    sharing any of its failed tests' names, or any, when it reported none. Rule 5 corroborates
-    with the tests new to this PR, a subset of these, so a job this says no to is never
-    corroborated, whatever its cross-commit evidence."""
-    names = {
-        split_failed_test_id(test_id)[1] for test_id in _test_set(_tests_of(loaded, row["id"]))
-    }
-    for other in loaded.failing_by_sha.get(row["head_sha"], []):
-        if other["downstream"] == row["downstream"]:
-            continue
-        if not names or any(t["name"] in names for t in _tests_of(loaded, other["id"])):
-            return True
-    return False
+    """Whether another backend's failure on this job's SHA could corroborate it (rule 5) with
+    all its failed tests. Rule 5 corroborates with the tests new to this PR, a subset of these,
+    so a job this says no to is never corroborated, whatever its cross-commit evidence."""
+    mine = _test_set(_tests_of(loaded, row["id"]))
+    return bool(_corroborating(_other_backends(row, loaded, mine), mine))
+
+
+def _corroborating(others: list[dict[str, Any]], tests: Iterable[Any]) -> list[str]:
+    """The backends among `others` (`_other_backends`) that corroborate a job whose judged
+    failed tests are `tests`: those sharing one of them, or every one when it has none."""
+    return sorted({o["downstream"] for o in others if o["shared_tests"] or not tests})
 
 
 def _other_backends(row: dict, loaded: _Loaded, mine: set[str]) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from typing import Any
 from hud import stats
 from hud.attribution.evidence import (
     _add_cross_commit,
+    _corroborating,
     _cross_commit,
     _load,
     _Loaded,
@@ -201,7 +202,7 @@ def _new_to_this_pr(
     seen once (new_failure, not reproduced)."""
     tests = cross["tests"]
     others = _other_backends(row, loaded, {t["test"] for t in new})
-    corroborating = sorted({o["downstream"] for o in others if o["shared_tests"] or not tests})
+    corroborating = _corroborating(others, tests)
     base = (
         f"{_what_is_new(tests, new)}: passed on {cross['ran_elsewhere']} unrelated commits "
         f"{_around(policy)}"
