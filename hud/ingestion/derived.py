@@ -128,15 +128,12 @@ UPSERT_LOGICAL_JOB = (
 # A rebuild's rows (each key once, after the table was emptied): `revision` is left to the
 # column's default, so migration 0009, which rebuilds the layer before 0011 adds the column,
 # runs this very statement.
-FILL_ROLLUP = (
-    f"INSERT INTO hud_dailyrollup (downstream_id, event_type, day, {', '.join(ROLLUP_FIELDS)})"
-    f" VALUES ({', '.join(['%s'] * (3 + len(ROLLUP_FIELDS)))})"
-)
+_ROLLUP_COLUMNS = f"downstream_id, event_type, day, {', '.join(ROLLUP_FIELDS)}"
+_ROLLUP_VALUES = ", ".join(["%s"] * (3 + len(ROLLUP_FIELDS)))
+FILL_ROLLUP = f"INSERT INTO hud_dailyrollup ({_ROLLUP_COLUMNS}) VALUES ({_ROLLUP_VALUES})"
 # A write's increments, raising the row's revision (hud.reads.rollups reads it).
 UPSERT_ROLLUP = (
-    "INSERT INTO hud_dailyrollup (downstream_id, event_type, day,"
-    f" {', '.join(ROLLUP_FIELDS)}, revision)"
-    f" VALUES ({', '.join(['%s'] * (3 + len(ROLLUP_FIELDS)))}, 1)"
+    f"INSERT INTO hud_dailyrollup ({_ROLLUP_COLUMNS}, revision) VALUES ({_ROLLUP_VALUES}, 1)"
     " ON CONFLICT (downstream_id, event_type, day) DO UPDATE SET "
     + ", ".join(f"{f} = hud_dailyrollup.{f} + excluded.{f}" for f in ROLLUP_FIELDS)
     + ", revision = hud_dailyrollup.revision + 1"
