@@ -12,7 +12,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-from django.db.models import DateTimeField, ExpressionWrapper, OuterRef, Q, Subquery
+from django.db.models import (
+    BooleanField,
+    Case,
+    CharField,
+    DateTimeField,
+    ExpressionWrapper,
+    OuterRef,
+    Q,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.functions import Cast, Concat
 
 from hud import stats
 from hud.attribution.identity import (
@@ -130,7 +142,7 @@ class _Loaded:
     # Cross-commit evidence: failures of the judged tests on this backend in the window, per
     # (downstream id, test id); and the window's runs of the judged jobs, one row per head SHA.
     test_failures: dict[tuple[int, str], list[dict[str, Any]]]
-    runs: dict[tuple[int, str, str], list[dict[str, Any]]]
+    runs: dict[tuple[int, str, str], list[tuple]]  # `_RUN_COLUMNS`
     judged_at: dt.datetime
 
 
@@ -138,9 +150,24 @@ def _tests_of(loaded: _Loaded, job_id: int) -> list[dict[str, Any]]:
     return loaded.tests_by_job.get(job_id, [])
 
 
+# A completed run as the cross-commit evidence reads it: its head SHA, origin (`origin_of`),
+# placement and whether it failed.
+_RUN_COLUMNS = ("head_sha", "origin", "placed_at", "failed")
+_ORIGIN = Case(
+    When(~Q(pr_number=0), then=Concat(Value("pr#"), Cast("pr_number", CharField()))),
+    default=Concat("event_type", Value(":"), "head_sha"),
+    output_field=CharField(),
+)
+_FAILED = Case(
+    When(conclusion=Job.Conclusion.FAILURE, then=Value(True)),
+    default=Value(False),
+    output_field=BooleanField(),
+)
+
+
 def _cross_commit_rows(
     judged: list[dict[str, Any]], policy: AttributionPolicy, judged_at: dt.datetime
-) -> tuple[dict[tuple[int, str], list[dict]], dict[tuple[int, str, str], list[dict]]]:
+) -> tuple[dict[tuple[int, str], list[dict]], dict[tuple[int, str, str], list[tuple]]]:
     """Two reads over the judged jobs' window (before and after, never past `judged_at`): every
     failure of their tests on their backends, and every completed run of their jobs."""
     if not judged:
@@ -179,23 +206,16 @@ def _cross_commit_rows(
         failures[(row["job__downstream_id"], test)].append(row)
     # Each completed run, not a count per head SHA over the union of every judged job's window:
     # a judged job counts the runs in its own window only, so its verdict does not depend on
-    # which other jobs (of its backend or another) are judged in the same call.
-    runs: dict[tuple[int, str, str], list[dict]] = defaultdict(list)
-    for row in Job.objects.filter(
+    # which other jobs (of its backend or another) are judged in the same call. Read as the
+    # tuples (`_RUN_COLUMNS`), origin and failure derived in SQL: there are many.
+    runs: dict[tuple[int, str, str], list[tuple]] = defaultdict(list)
+    read = Job.objects.filter(
         in_window, status=Job.Status.COMPLETED, job_name__in={row["job_name"] for row in judged}
-    ).values(
-        "downstream_id",
-        "workflow_name",
-        "job_name",
-        "head_sha",
-        "pr_number",
-        "event_type",
-        "placed_at",
-        "conclusion",
+    ).annotate(origin=_ORIGIN, failed=_FAILED)
+    for downstream_id, workflow, job, *run in read.values_list(
+        "downstream_id", "workflow_name", "job_name", *_RUN_COLUMNS
     ):
-        row["origin"] = origin_of(row["pr_number"], row["event_type"], row["head_sha"])
-        row["failed"] = row["conclusion"] == Job.Conclusion.FAILURE
-        runs[(row["downstream_id"], row["workflow_name"], row["job_name"])].append(row)
+        runs[(downstream_id, workflow, job)].append(tuple(run))
     return failures, runs
 
 
@@ -486,18 +506,18 @@ def _cross_commit(row: dict, loaded: _Loaded, policy: AttributionPolicy) -> dict
     mine = origin_of(row["pr_number"], row["event_type"], row["head_sha"])
     start, end = _window_of(row, policy)
     runs = [
-        run
-        for run in loaded.runs.get(
+        (sha, origin, failed)
+        for sha, origin, placed_at, failed in loaded.runs.get(
             (row["downstream_id"], row["workflow_name"], row["job_name"]), []
         )
-        if start <= run["placed_at"] < end
+        if start <= placed_at < end
     ]
-    ran = {r["origin"] for r in runs} - {mine}
-    job_failed = {r["origin"] for r in runs if r["failed"]} - {mine}
+    ran = {origin for _, origin, _ in runs} - {mine}
+    job_failed = {origin for _, origin, failed in runs if failed} - {mine}
     # This origin's failed runs but the judged job's own (its head SHA counted once).
-    on_mine = [r for r in runs if r["origin"] == mine]
-    job_reproduced = sum(r["failed"] for r in on_mine) - any(
-        r["head_sha"] == row["head_sha"] for r in on_mine
+    on_mine = [(sha, failed) for sha, origin, failed in runs if origin == mine]
+    job_reproduced = sum(failed for _, failed in on_mine) - any(
+        sha == row["head_sha"] for sha, _ in on_mine
     )
     tests = []
     signatures: dict[str, set[str]] = defaultdict(set)
