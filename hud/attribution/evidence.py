@@ -39,7 +39,7 @@ from hud.attribution.identity import (
 )
 from hud.attribution.policy import JUDGED_OUTCOMES, REFERENCE_OUTCOMES, AttributionPolicy
 from hud.core import clock
-from hud.models import FailedTest, Job, LogicalJob
+from hud.models import Downstream, FailedTest, Job, LogicalJob
 from hud.reads import selectors
 
 # An attempt row: the stats frame's columns plus what verdicts and their evidence need (read
@@ -230,7 +230,8 @@ def _load(
     for `keys`: a constant number of queries, each bounded by the keys' SHAs or their window.
     Without `cross_commit`, the cross-commit evidence is left empty for `_add_cross_commit`."""
     judged_at = until or clock.now()
-    latest = _latest_on(keys, until)
+    of_keys = _of_keys_shas(keys)
+    latest = _latest_on(keys, of_keys, until)
     judged = [latest[key] for key in keys if key in latest]
     judged = [row for row in judged if row["outcome"] in JUDGED_OUTCOMES]
     references = _references(judged, policy)
@@ -246,7 +247,7 @@ def _load(
     failing_by_sha: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in failing_latest:
         failing_by_sha[row["head_sha"]].append(row)
-    attempt_ids, successes = _attempts_of(keys, until)
+    attempt_ids, successes = _attempts_of(keys, of_keys, until)
     loaded = _Loaded(
         latest,
         attempt_ids,
@@ -278,20 +279,21 @@ _CROSS_BACKEND_OUTCOMES = (*JUDGED_OUTCOMES, stats.SUPERSEDED)
 
 
 def _latest_on(
-    keys: set[LogicalKey], until: dt.datetime | None
+    keys: set[LogicalKey], of_keys: Q, until: dt.datetime | None
 ) -> dict[LogicalKey, dict[str, Any]]:
     """The latest attempt of the logical jobs on the keys' SHAs that the rules read, as of
-    `until`: every one of a judged key's backend on that key's SHA, and the failing or
-    superseded ones of every backend (the cross-backend evidence; their passing jobs decide
-    nothing). Each is its derived row, re-derived from the attempts placed before `until` only
-    on the SHAs where a later write changed what the row says (`_changed_after`).
+    `until`: every one of a judged key's backend and event type on that key's SHA, and the
+    failing or superseded ones of every backend (the cross-backend evidence, read through a
+    partial index of those outcomes; their passing jobs decide nothing). Each is its derived
+    row, re-derived from the attempts placed before `until` only on the SHAs where a later
+    write changed what the row says (`_changed_after`). `of_keys` is `_of_keys_shas(keys)`.
 
     Reading other backends' passing jobs too made a backend's gate read every job dispatched on
     its failing SHAs, ~50 times the rows when every backend runs every SHA; likewise a judged
     backend's jobs on SHAs judged only for others, when many backends are judged at once."""
     shas = {key[2] for key in keys}
-    read = LogicalJob.objects.filter(head_sha__in=shas).filter(
-        _of_keys_shas(keys) | Q(outcome__in=_CROSS_BACKEND_OUTCOMES)
+    read = LogicalJob.objects.filter(
+        of_keys | Q(head_sha__in=shas, outcome__in=_CROSS_BACKEND_OUTCOMES)
     )
     latest = {logical_key(row): row for row in _logical_rows(read)}
     stale = _changed_after(latest, shas, until) if until is not None else set()
@@ -302,13 +304,17 @@ def _latest_on(
 
 
 def _of_keys_shas(keys: set[LogicalKey]) -> Q:
-    """Rows of each judged backend on the SHAs judged for it (none for no keys)."""
-    shas_of: dict[str, set[str]] = defaultdict(set)
-    for key in keys:
-        shas_of[key[0]].add(key[2])
+    """Rows of each judged backend and event type on the SHAs judged for them (none for no
+    keys): each term a range of the (downstream_id, event_type, head_sha, ...) indexes."""
+    shas_of: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for backend, event_type, sha, *_ in keys:
+        shas_of[(backend, event_type)].add(sha)
+    names = {backend for backend, _ in shas_of}
+    ids = dict(Downstream.objects.filter(full_name__in=names).values_list("full_name", "id"))
     rows = Q(pk__in=[])
-    for backend, shas in shas_of.items():
-        rows |= Q(downstream__full_name=backend, head_sha__in=shas)
+    for (backend, event_type), shas in shas_of.items():
+        if backend in ids:
+            rows |= Q(downstream_id=ids[backend], event_type=event_type, head_sha__in=shas)
     return rows
 
 
@@ -349,16 +355,17 @@ def _universe(shas: set[str], until: dt.datetime) -> list[dict[str, Any]]:
 
 
 def _attempts_of(
-    keys: set[LogicalKey], until: dt.datetime | None
+    keys: set[LogicalKey], of_keys: Q, until: dt.datetime | None
 ) -> tuple[dict[LogicalKey, list[int]], dict[LogicalKey, list[dict[str, Any]]]]:
-    """(attempt ids, succeeded attempts) of each logical job of `keys`, placed before `until`:
-    what a verdict lists and what rule 1 reads (one query on the keys' SHAs)."""
+    """(attempt ids, succeeded attempts) of each logical job of `keys` (`of_keys`:
+    `_of_keys_shas(keys)`), placed before `until`: what a verdict lists and what rule 1 reads
+    (one query on the keys' SHAs)."""
     bound = Q(placed_at__lt=until) if until is not None else Q()
     ids: dict[LogicalKey, list[int]] = defaultdict(list)
     successes: dict[LogicalKey, list[dict[str, Any]]] = defaultdict(list)
     # Only each key's backend on its SHAs: every backend runs the same SHAs, ~50 times the rows
     # otherwise.
-    attempts = Job.objects.filter(bound).filter(_of_keys_shas(keys))
+    attempts = Job.objects.filter(bound).filter(of_keys)
     for values in attempts.values_list(*_ATTEMPT_FIELDS):
         row = dict(zip(("downstream", *_ATTEMPT_FIELDS[1:]), values, strict=True))
         key = logical_key(row)

@@ -85,6 +85,20 @@ class LogicalJob(models.Model):
             models.Index(fields=["downstream", "first_pr_number"], name="logicaljob_first_pr"),
             # The logical jobs of a PR's or commit's SHAs, on every backend (attribution, pages).
             models.Index(fields=["head_sha"], name="logicaljob_head_sha"),
+            # Their failing and superseded ones, the cross-backend evidence of a verdict: a few
+            # rows per SHA, not every backend's (85 → 30 ms for a gate's 700 SHAs at 1M jobs).
+            models.Index(
+                fields=["head_sha"],
+                name="logicaljob_failing_sha",
+                condition=models.Q(
+                    outcome__in=[
+                        OutcomeClass.FAILURE,
+                        OutcomeClass.TIMED_OUT,
+                        OutcomeClass.CANCELLED,
+                        OutcomeClass.SUPERSEDED,
+                    ]
+                ),
+            ),
             # A judged job's nearest trunk and nightly references (attribution): one probe each,
             # not a scan of the backend's fortnight (0.47 → 0.03 ms per judged job at 1M jobs).
             models.Index(
