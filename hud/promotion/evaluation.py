@@ -7,6 +7,7 @@ it per day (`hud.promotion.daily`).
 
 import datetime as dt
 import functools
+from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -14,10 +15,10 @@ from typing import Any
 import pandas as pd
 from django.conf import settings
 
-from hud import attribution, gates, levels, stats
+from hud import attribution, gates, stats
 from hud.core import clock
-from hud.levels import effective_level
-from hud.models import Downstream, GateExclusion
+from hud.levels import effective_levels
+from hud.models import Downstream, GateExclusion, LevelChange
 from hud.reads import gate_counts
 from hud.reads.gate import GateJobs, gate_jobs_of
 
@@ -29,17 +30,37 @@ EVALUATED_TOGETHER = 25
 ONCALL_METRIC = "oncall_response_p50_hours"
 
 
-def level_since(downstream: Downstream, as_of: dt.datetime) -> dt.datetime | None:
-    """When the level in force at `as_of` began, from the level history."""
-    current = levels.level_at(downstream, as_of)
+def level_histories(
+    downstream_ids: Iterable[int], as_of: dt.datetime
+) -> dict[int, list[tuple[dt.datetime, int | None]]]:
+    """Each backend's level changes (at, to level) up to `as_of`, newest first (one query)."""
+    histories: dict[int, list[tuple[dt.datetime, int | None]]] = defaultdict(list)
+    changes = (
+        LevelChange.objects.filter(downstream_id__in=list(downstream_ids), at__lte=as_of)
+        .order_by("downstream_id", "-at", "-id")
+        .values_list("downstream_id", "at", "to_level")
+    )
+    for downstream_id, at, to_level in changes:
+        histories[downstream_id].append((at, to_level))
+    return histories
+
+
+def _since(history: list[tuple[dt.datetime, int | None]]) -> dt.datetime | None:
+    """When the level of the newest change in `history` (newest first) began."""
+    current = history[0][1] if history else None
     if current is None:
         return None
     started = None
-    for change in downstream.changes.filter(at__lte=as_of).order_by("-at", "-id"):
-        if change.to_level != current:
+    for at, to_level in history:
+        if to_level != current:
             break
-        started = change.at
+        started = at
     return started
+
+
+def level_since(downstream: Downstream, as_of: dt.datetime) -> dt.datetime | None:
+    """When the level in force at `as_of` began, from the level history."""
+    return _since(level_histories([downstream.id], as_of)[downstream.id])
 
 
 # --- Gate evaluation ------------------------------------------------------------------
@@ -159,6 +180,7 @@ class _Plan:
     target_label: str | None
     criteria: tuple[gates.Criterion, ...]
     exclusions: list[GateExclusion]
+    level_since: dt.datetime | None
 
     def windows(self, metric: str) -> set[int]:
         return {c.window_days for c in self.criteria if c.metric == metric}
@@ -169,24 +191,36 @@ class _Plan:
             "current_level": self.current_label,
             "target_level": self.target_label,
             "as_of": as_of,
-            "level_since": level_since(self.downstream, as_of),
+            "level_since": self.level_since,
         }
 
 
-def _plan(
-    downstream: Downstream, policy: gates.Policy, as_of: dt.datetime, target_level: int | None
-) -> _Plan:
-    current = levels.level_at(downstream, as_of) or downstream.level
-    current_label = f"L{current}"
-    target_label = (
-        f"L{target_level}" if target_level is not None else gates.next_level(current_label)
-    )
-    criteria = (
-        *policy.promotion_criteria(target_label or ""),
-        *policy.demotion_criteria(current_label),
-    )
-    exclusions = list(downstream.exclusions.order_by("created_at"))
-    return _Plan(downstream, current_label, target_label, criteria, exclusions)
+def _plans(
+    downstreams: list[Downstream],
+    policy: gates.Policy,
+    as_of: dt.datetime,
+    target_level: int | None,
+) -> list[_Plan]:
+    """Each backend's plan, its level history and exclusions read for all at once."""
+    ids = [downstream.id for downstream in downstreams]
+    histories = level_histories(ids, as_of)
+    exclusions: dict[int, list[GateExclusion]] = defaultdict(list)
+    for item in GateExclusion.objects.filter(downstream_id__in=ids).select_related("by"):
+        exclusions[item.downstream_id].append(item)
+    plans = []
+    for downstream in downstreams:
+        history = histories[downstream.id]
+        current_label = f"L{(history[0][1] if history else None) or downstream.level}"
+        target_label = (
+            f"L{target_level}" if target_level is not None else gates.next_level(current_label)
+        )
+        criteria = (
+            *policy.promotion_criteria(target_label or ""),
+            *policy.demotion_criteria(current_label),
+        )
+        own = sorted(exclusions[downstream.id], key=lambda item: (item.created_at, item.id))
+        plans.append(_Plan(downstream, current_label, target_label, criteria, own, _since(history)))
+    return plans
 
 
 def _evaluate(
@@ -197,7 +231,7 @@ def _evaluate(
     counts cannot give) from their prepared jobs (`hud.reads.gate`). Both give the same
     evaluation (tests/promotion/test_gate_counts.py)."""
     policy = gate_policy()
-    plans = [_plan(downstream, policy, as_of, target_level) for downstream in downstreams]
+    plans = _plans(downstreams, policy, as_of, target_level)
     counted = {
         p.downstream.id for p in plans if not p.exclusions and gate_counts.supports(p.criteria)
     }
@@ -207,7 +241,11 @@ def _evaluate(
     ]
     keys = set().union(*(item.judged for item in pending))
     verdicts = attribution.gate_verdicts(keys, until=as_of) if keys else []
-    return {item.downstream.id: _finish(item, verdicts, as_of) for item in pending}
+    effective = effective_levels(downstreams, as_of)
+    return {
+        item.downstream.id: _finish(item, verdicts, as_of, effective[item.downstream.id])
+        for item in pending
+    }
 
 
 def _counted(policy: gates.Policy, plans: list[_Plan], as_of: dt.datetime) -> list[_Pending]:
@@ -310,8 +348,11 @@ def _metrics_of(plan: _Plan, policy: gates.Policy, as_of: dt.datetime, jobs: Gat
     )
 
 
-def _finish(item: _Pending, verdicts: list[dict[str, Any]], as_of: dt.datetime) -> BackendGate:
-    """The evaluation of `item` from verdicts judged for its keys (and perhaps others')."""
+def _finish(
+    item: _Pending, verdicts: list[dict[str, Any]], as_of: dt.datetime, effective: int
+) -> BackendGate:
+    """The evaluation of `item` from verdicts judged for its keys (and perhaps others'), at
+    `effective` level (`levels.effective_levels`)."""
     policy = item.policy
     own = [verdict for verdict in verdicts if attribution.logical_key(verdict) in item.judged]
     adjusted = item.adjusted_of(own)
@@ -324,4 +365,4 @@ def _finish(item: _Pending, verdicts: list[dict[str, Any]], as_of: dt.datetime) 
         _describe_exclusion(exclusion, rows)
         for exclusion, rows in zip(item.exclusions, item.excluded_attempts, strict=True)
     ]
-    return BackendGate(evaluation, effective_level(item.downstream, as_of), described, adjusted)
+    return BackendGate(evaluation, effective, described, adjusted)
