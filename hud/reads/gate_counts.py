@@ -3,7 +3,9 @@
 The derived layer's rows are what `stats.prepare` makes of all of a backend's attempts, so the
 gate's rates are shares of counts read per UTC day (the day-clustered interval's unit), each
 day split where a window starts: a few rows per backend and day instead of every logical job
-in pandas. Timing means and percentiles, which no count gives, are taken over the window's
+in pandas. The whole days on which no window starts are the daily rollups' (kept at write
+time, like the rows); only the days a window starts on, and `as_of`'s own, are counted from
+the rows. Timing means and percentiles, which no count gives, are taken over the window's
 timed attempts read as numbers; the trunk and nightly series and the jobs that did not pass
 (what attribution judges) as their layer rows. As of an earlier moment, the few logical jobs
 a later attempt changed are counted as `hud.stats` derives them from the attempts placed
@@ -31,7 +33,8 @@ from django.db.models import Case, Count, F, IntegerField, Max, Q, Sum, Value, W
 from django.db.models.functions import Coalesce, TruncDate
 
 from hud import gates, stats
-from hud.models import Job, LogicalJob
+from hud.models import DailyRollup, Job, LogicalJob
+from hud.reads.rollups import OUTCOME_COLUMNS
 from hud.reads.rows import driver_rows
 from hud.reads.selectors import FRAME_COLUMNS
 
@@ -48,7 +51,7 @@ SUPPORTED = frozenset({
 # How many SHAs or PRs one read names (the as-of correction, the on-call attempts): a bound on
 # its parameters, whatever the number written to since `as_of` or failed in the window.
 IN_CHUNK = 1000
-_V = TypeVar("_V", str, int)
+_V = TypeVar("_V", str, int, tuple[int, str, str])
 
 
 def supports(criteria: Iterable[gates.Criterion]) -> bool:
@@ -114,6 +117,7 @@ def _after(day: dt.date, late: bool, start: dt.datetime) -> bool:
 
 
 # Logical-job columns: one count per outcome class, then completed and re-run completed jobs.
+
 _OUTCOMES = (stats.SUCCESS, stats.FAILURE, stats.TIMED_OUT, stats.CANCELLED,
              stats.SUPERSEDED, stats.EXCLUDED)  # fmt: skip
 _COMPLETED, _RERUN = len(_OUTCOMES), len(_OUTCOMES) + 1
@@ -288,9 +292,14 @@ def backend_counts(
     day = TruncDate("placed_at", tzinfo=dt.UTC)
     late = _late_case(starts)
     span = Q(downstream_id__in=ids, placed_at__gte=first, placed_at__lt=as_of)
+    # Whole days between the first start's and `as_of`'s, on which no window starts, come from
+    # the daily rollups; the others (split at a start, or cut at `as_of`) from the rows.
+    whole = _whole_days(starts, as_of)
+    in_parts = span & ~_on_days(whole)
+    _add_rollups(out, ids, whole)
     completed = Q(latest_status=Job.Status.COMPLETED)
     jobs = (
-        LogicalJob.objects.filter(span)
+        LogicalJob.objects.filter(in_parts)
         .annotate(day=day, late=late)
         .values_list("downstream_id", "day", "late")
         .annotate(
@@ -329,7 +338,7 @@ def backend_counts(
     swept = Q(closed_by_sweeper=True)
     end_to_end = F("execution_seconds") + Coalesce("queue_seconds", Value(0.0))
     attempts = (
-        Job.objects.filter(span, status=Job.Status.COMPLETED)
+        Job.objects.filter(in_parts, status=Job.Status.COMPLETED)
         .annotate(day=day, late=late, end_to_end=end_to_end)
         .values_list("downstream_id", "day", "late")
         .annotate(
@@ -351,6 +360,60 @@ def backend_counts(
             .aggregate(last=Max("placed_at"))["last"]
         )  # fmt: skip
     return out
+
+
+def _whole_days(starts: Sequence[dt.datetime], as_of: dt.datetime) -> list[dt.date]:
+    """The UTC days after the first start's and before `as_of`'s on which no start falls."""
+    cut = {start.astimezone(dt.UTC).date() for start in starts}
+    first, last = min(cut), as_of.astimezone(dt.UTC).date()
+    days = (first + dt.timedelta(days=n) for n in range(1, (last - first).days))
+    return [day for day in days if day not in cut]
+
+
+def _on_days(days: Sequence[dt.date], column: str = "placed_at") -> Q:
+    """Rows placed (by `column`) on any of `days`, as consecutive runs of whole UTC days."""
+    rows = Q(pk__in=[])
+    for first, last in _runs(days):
+        rows |= Q(**{f"{column}__gte": _midnight(first), f"{column}__lt": _midnight_after(last)})
+    return rows
+
+
+def _runs(days: Sequence[dt.date]) -> list[tuple[dt.date, dt.date]]:
+    """Sorted `days` as (first, last) of each run of consecutive days."""
+    runs: list[tuple[dt.date, dt.date]] = []
+    for day in sorted(days):
+        if runs and day - runs[-1][1] == dt.timedelta(days=1):
+            runs[-1] = (runs[-1][0], day)
+        else:
+            runs.append((day, day))
+    return runs
+
+
+def _add_rollups(
+    out: dict[int, BackendCounts], ids: Sequence[int], days: Sequence[dt.date]
+) -> None:
+    """Count `days` of each backend from its daily rollups (every event type): the layer's
+    logical jobs by their latest row's day and the completed attempts by their own, as the
+    row reads count them (a property test proves the rollups equal to the layer's rows)."""
+    outcomes = [OUTCOME_COLUMNS[outcome] for outcome in _OUTCOMES]
+    attempts = ["completed_attempts", "overrun_known", "overrun"]
+    sums = [*outcomes, "completed_jobs", "rerun_jobs", *attempts]
+    rows = DailyRollup.objects.filter(downstream_id__in=ids).filter(
+        functools.reduce(
+            operator.or_,
+            (Q(day__gte=first, day__lte=last) for first, last in _runs(days)),
+            Q(pk__in=[]),
+        )
+    )
+    for backend, day, *counts in (
+        rows.values_list("downstream_id", "day")
+        .annotate(**{f"sum_{name}": Sum(name) for name in sums})
+        .order_by()
+    ):
+        jobs = counts[: len(outcomes) + 2]
+        counted = sum(counts[_OUTCOMES.index(outcome)] for outcome in stats.COUNTED)
+        out[backend].jobs.add(day, False, [*jobs, counted])
+        out[backend].attempts.add(day, False, counts[len(outcomes) + 2 :])
 
 
 def _rederive_later(out: dict[int, BackendCounts], ids: Sequence[int], as_of: dt.datetime) -> None:
@@ -396,6 +459,18 @@ def _rederive_later(out: dict[int, BackendCounts], ids: Sequence[int], as_of: dt
         for job in _as_of_jobs(ids, shas, as_of):
             if job["head_sha"] in shas and _backend_key(job) in stale:
                 out[job["downstream_id"]].count(job, 1)
+
+
+def _on_shas(keys: Iterable[tuple[int, str, str]]) -> Q:
+    """Rows of each (backend id, event type, head SHA): one range of the (downstream_id,
+    event_type, head_sha, ...) index per backend and event type."""
+    shas_of: dict[tuple[int, str], set[str]] = defaultdict(set)
+    for backend, event_type, sha in keys:
+        shas_of[(backend, event_type)].add(sha)
+    rows = Q(pk__in=[])
+    for (backend, event_type), shas in sorted(shas_of.items()):
+        rows |= Q(downstream_id=backend, event_type=event_type, head_sha__in=shas)
+    return rows
 
 
 def _backend_key(job: Mapping[str, Any]) -> tuple:
@@ -500,9 +575,14 @@ def _late_case(starts: Sequence[dt.datetime], column: str = "placed_at") -> Case
     )
 
 
-def _midnight_after(moment: dt.datetime) -> dt.datetime:
-    day = moment.astimezone(dt.UTC).date() + dt.timedelta(days=1)
+def _midnight(day: dt.date) -> dt.datetime:
     return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+
+
+def _midnight_after(moment: dt.datetime | dt.date) -> dt.datetime:
+    """The UTC midnight ending the day of `moment` (a UTC day when a date)."""
+    day = moment.astimezone(dt.UTC).date() if isinstance(moment, dt.datetime) else moment
+    return _midnight(day + dt.timedelta(days=1))
 
 
 # What `promotion.oncall_response_hours` reads of an attempt.
@@ -525,12 +605,13 @@ def oncall_rows(
     failed = pr_rows.filter(conclusion=Job.Conclusion.FAILURE, placed_at__gte=since)
     keys = set(failed.values_list("downstream_id", *stats.LOGICAL_JOB_KEY[1:]))
     columns = ["downstream_id", *_ONCALL_COLUMNS[1:]]
-    # The failed jobs' SHAs as values, a chunk at a time: as a subquery, PostgreSQL expected
-    # five times the SHAs and hashed every PR attempt the backends ever had (0.26 s at 1M).
+    # Each backend's failed SHAs as values, a chunk at a time: as a subquery, PostgreSQL
+    # expected five times the SHAs and hashed every PR attempt the backends ever had (0.26 s
+    # at 1M); by SHA alone, it read every backend's attempts on them (7 times the rows).
     rows = [
         row
-        for shas in _chunks({key[2] for key in keys})
-        for row in pr_rows.filter(head_sha__in=shas).values_list(*columns)
+        for some in _chunks({key[:3] for key in keys})
+        for row in pr_rows.filter(_on_shas(some)).values_list(*columns)
         if row[:5] in keys
     ]
     frame = pd.DataFrame.from_records(rows, columns=_ONCALL_COLUMNS)

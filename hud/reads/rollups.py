@@ -26,7 +26,8 @@ from hud import stats
 from hud.models import DailyRollup, Job
 from hud.reads.rows import driver_rows
 
-_TALLY = {
+# The daily rollup's column of each outcome class.
+OUTCOME_COLUMNS = {
     stats.SUCCESS: "success",
     stats.FAILURE: "failure",
     stats.TIMED_OUT: "timed_out",
@@ -61,12 +62,12 @@ def daily_table(
         timed = timed.filter(event_type__in=list(events))
     read = driver_rows(
         rollups.values_list("downstream_id", "day").annotate(
-            **{name: Sum(F(name)) for name in (*_TALLY.values(), *_SUMS)},
+            **{name: Sum(F(name)) for name in (*OUTCOME_COLUMNS.values(), *_SUMS)},
             **_FINGERPRINT,
         )
     )
     # (backend, ISO day) → fingerprint, for the days with timed runs.
-    runs = 2 + len(_TALLY)
+    runs = 2 + len(OUTCOME_COLUMNS)
     fingerprints = {
         (row[0], str(row[1])[:10]): tuple(map(int, row[-len(_FINGERPRINT) :]))
         for row in read
@@ -74,13 +75,15 @@ def daily_table(
     }
     sums = pd.DataFrame.from_records(
         [row[: -len(_FINGERPRINT)] for row in read],
-        columns=["downstream_id", "day", *_TALLY.values(), *_SUMS],
+        columns=["downstream_id", "day", *OUTCOME_COLUMNS.values(), *_SUMS],
     )
     # Typed even when empty, so that days without rows fill with numbers, not objects.
-    sums = sums.astype({name: "int64" for name in (*_TALLY.values(), *_SUMS)})
+    sums = sums.astype({name: "int64" for name in (*OUTCOME_COLUMNS.values(), *_SUMS)})
     sums["day"] = pd.to_datetime(sums["day"]).dt.tz_localize("UTC")
     sums = sums.set_index(["downstream_id", "day"])
-    tally = sums[list(_TALLY.values())].rename(columns={v: k for k, v in _TALLY.items()})
+    tally = sums[list(OUTCOME_COLUMNS.values())].rename(
+        columns={column: outcome for outcome, column in OUTCOME_COLUMNS.items()}
+    )
     durations = pd.DataFrame(
         {
             "runs": sums["runs"],

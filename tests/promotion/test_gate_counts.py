@@ -1,4 +1,5 @@
-"""The gate's counts read in SQL (hud.reads.gate_counts) equal hud.stats on the attempts.
+"""The gate's counts read in SQL (hud.reads.gate_counts: whole days from the daily rollups, the
+days windows start on from the layer's rows) equal hud.stats on the attempts.
 
 Simulated histories through the real ingestion service (re-runs, matrix legs, superseded
 cancels, time-outs and the sweeper, days apart), read as of midnights, moments between them
