@@ -83,6 +83,12 @@ _LATEST_FIELDS = {
     "workflow_url": "latest_job__workflow_url",
     "triage_verdict": "latest_job__triage_verdict",
 }
+# What rule 3 and a verdict's evidence read of a reference (`identity._ref_summary`).
+_REFERENCE_FIELDS = {
+    name: _LATEST_FIELDS[name]
+    for name in ("logical_id", "id", "event_type", "head_sha", "outcome", "placed_at",
+                 "workflow_url")
+}  # fmt: skip
 # The columns of an attempt that rule 1 and the attempt ids of a verdict need.
 _ATTEMPT_FIELDS = (
     "downstream__full_name",
@@ -106,12 +112,10 @@ def _rows(queryset) -> list[dict[str, Any]]:
     return rows
 
 
-def _logical_rows(queryset) -> list[dict[str, Any]]:
-    """LogicalJob rows as latest-attempt rows (`_LATEST_FIELDS`)."""
-    return [
-        {name: row[lookup] for name, lookup in _LATEST_FIELDS.items()}
-        for row in queryset.values(*_LATEST_FIELDS.values())
-    ]
+def _logical_rows(queryset, fields: dict[str, str] = _LATEST_FIELDS) -> list[dict[str, Any]]:
+    """LogicalJob rows as latest-attempt rows (`fields`: row key → lookup)."""
+    names = list(fields)
+    return [dict(zip(names, row, strict=True)) for row in queryset.values_list(*fields.values())]
 
 
 def _latest_map(rows: list[dict[str, Any]]) -> dict[LogicalKey, dict]:
@@ -210,7 +214,7 @@ def _cross_commit_rows(
     # tuples (`_RUN_COLUMNS`), origin and failure derived in SQL: there are many.
     runs: dict[tuple[int, str, str], list[tuple]] = defaultdict(list)
     read = Job.objects.filter(
-        in_window, status=Job.Status.COMPLETED, job_name__in={row["job_name"] for row in judged}
+        _of_judged_jobs(judged, window, judged_at), status=Job.Status.COMPLETED
     ).annotate(origin=_ORIGIN, failed=_FAILED)
     for downstream_id, workflow, job, *run in read.values_list(
         "downstream_id", "workflow_name", "job_name", *_RUN_COLUMNS
@@ -262,6 +266,30 @@ def _load(
     if cross_commit:
         _add_cross_commit(loaded, judged, policy)
     return loaded
+
+
+def _of_judged_jobs(
+    judged: list[dict[str, Any]], window: dt.timedelta, judged_at: dt.datetime
+) -> Q:
+    """Rows of each judged job's backend, workflow and job over its judged jobs' windows (from
+    the first one's start to the last one's end, never past `judged_at`): one range of the
+    (downstream, job_name, placed_at) index each, not every job name of every backend judged."""
+    spans: dict[tuple[int, str, str], list[dt.datetime]] = {}
+    for row in judged:
+        placed = _moment(row["placed_at"])
+        key = (row["downstream_id"], row["workflow_name"], row["job_name"])
+        first, last = spans.get(key, (placed, placed))
+        spans[key] = [min(first, placed), max(last, placed)]
+    rows = Q(pk__in=[])
+    for (downstream_id, workflow, job), (first, last) in sorted(spans.items()):
+        rows |= Q(
+            downstream_id=downstream_id,
+            workflow_name=workflow,
+            job_name=job,
+            placed_at__gte=first - window,
+            placed_at__lt=min(last + window, judged_at),
+        )
+    return rows
 
 
 def _add_cross_commit(
@@ -422,7 +450,8 @@ def _references(
         .values_list("id", *nearest)
     )
     ids = {ref for _, *refs in found for ref in refs if ref is not None}
-    rows = {row["logical_id"]: row for row in _logical_rows(LogicalJob.objects.filter(id__in=ids))}
+    read = LogicalJob.objects.filter(id__in=ids)
+    rows = {row["logical_id"]: row for row in _logical_rows(read, _REFERENCE_FIELDS)}
     references = {}
     for job_id, *refs in found:
         pairs = [(kind, rows[ref]) for kind, ref in zip(nearest, refs, strict=True) if ref]
