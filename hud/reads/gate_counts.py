@@ -294,8 +294,9 @@ def backend_counts(
     span = Q(downstream_id__in=ids, placed_at__gte=first, placed_at__lt=as_of)
     # Whole days between the first start's and `as_of`'s, on which no window starts, come from
     # the daily rollups; the others (split at a start, or cut at `as_of`) from the rows.
-    whole = _whole_days(starts, as_of)
-    in_parts = span & ~_on_days(whole)
+    whole, cut = _split_days(starts, as_of)
+    # The span's part on those days, as index ranges (a filter on the span read all of it).
+    in_parts = Q(downstream_id__in=ids) & _on_days(cut, first, as_of)
     _add_rollups(out, ids, whole)
     completed = Q(latest_status=Job.Status.COMPLETED)
     jobs = (
@@ -362,19 +363,26 @@ def backend_counts(
     return out
 
 
-def _whole_days(starts: Sequence[dt.datetime], as_of: dt.datetime) -> list[dt.date]:
-    """The UTC days after the first start's and before `as_of`'s on which no start falls."""
-    cut = {start.astimezone(dt.UTC).date() for start in starts}
-    first, last = min(cut), as_of.astimezone(dt.UTC).date()
-    days = (first + dt.timedelta(days=n) for n in range(1, (last - first).days))
-    return [day for day in days if day not in cut]
+def _split_days(
+    starts: Sequence[dt.datetime], as_of: dt.datetime
+) -> tuple[list[dt.date], list[dt.date]]:
+    """The UTC days from the first start's to `as_of`'s: (whole ones, on which no start falls
+    and which `as_of` does not cut; the others)."""
+    first, last = min(starts).astimezone(dt.UTC).date(), as_of.astimezone(dt.UTC).date()
+    cut = {start.astimezone(dt.UTC).date() for start in starts} | {last}
+    days = [first + dt.timedelta(days=n) for n in range((last - first).days + 1)]
+    return [day for day in days if day not in cut], sorted(cut)
 
 
-def _on_days(days: Sequence[dt.date], column: str = "placed_at") -> Q:
-    """Rows placed (by `column`) on any of `days`, as consecutive runs of whole UTC days."""
+def _on_days(days: Sequence[dt.date], low: dt.datetime, high: dt.datetime) -> Q:
+    """Rows placed in [low, high) on any of `days`, as one range per run of consecutive UTC
+    days."""
     rows = Q(pk__in=[])
     for first, last in _runs(days):
-        rows |= Q(**{f"{column}__gte": _midnight(first), f"{column}__lt": _midnight_after(last)})
+        rows |= Q(
+            placed_at__gte=max(low, _midnight(first)),
+            placed_at__lt=min(high, _midnight_after(last)),
+        )
     return rows
 
 
