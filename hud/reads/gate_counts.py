@@ -156,7 +156,10 @@ class BackendCounts:
     # Logical jobs not passing since the first start: key (`_KEY`) → (placed_at, outcome).
     failing: dict[tuple, tuple[dt.datetime, str]] = field(default_factory=dict)
     # Timed attempts: (the shortest window, in days, they fall in, queue s, execution s).
-    timed: list[tuple[int, float, float]] = field(default_factory=list)
+    # (window days, queue seconds, execution seconds) arrays, NaN where unknown.
+    timed: tuple[np.ndarray, np.ndarray, np.ndarray] = field(
+        default_factory=lambda: (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
+    )
     last_result: dt.datetime | None = None
 
     def metric(self, name: str, start: dt.datetime, min_n: int) -> stats.Estimate:
@@ -193,9 +196,8 @@ class BackendCounts:
 
     def _durations(self, base: str, start: dt.datetime) -> np.ndarray:
         days = round((self.as_of - start).total_seconds() / 86400)
-        rows = [(queue, execution) for window, queue, execution in self.timed if window <= days]
-        queue = np.array([row[0] for row in rows], dtype=float)
-        execution = np.array([row[1] for row in rows], dtype=float)
+        window, queue, execution = self.timed
+        queue, execution = queue[window <= days], execution[window <= days]
         if base == "queue_seconds":
             return queue
         if base == "execution_seconds":
@@ -547,7 +549,7 @@ def _read_durations(
         default=Value(days),
         output_field=IntegerField(),
     )
-    rows = (
+    rows = driver_rows(
         Job.objects.filter(
             downstream_id__in=ids,
             status=Job.Status.COMPLETED,
@@ -557,14 +559,18 @@ def _read_durations(
         .exclude(conclusion=Job.Conclusion.SKIPPED)
         .annotate(window=shortest)
         .values_list("downstream_id", "window", "queue_seconds", "execution_seconds")
-        .order_by()
+        .order_by("downstream_id")
     )
-    for backend, window, queue, execution in driver_rows(rows):
-        out[backend].timed.append((window, _float(queue), _float(execution)))
-
-
-def _float(value: float | None) -> float:
-    return np.nan if value is None else float(value)
+    if not rows:
+        return
+    # One array per column (None: NaN), split where the backend changes.
+    backends = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
+    window = np.fromiter((row[1] for row in rows), dtype=np.int64, count=len(rows))
+    queue = np.array([row[2] for row in rows], dtype=float)
+    execution = np.array([row[3] for row in rows], dtype=float)
+    bounds = np.flatnonzero(np.diff(backends)) + 1
+    for part in np.split(np.arange(len(rows)), bounds):
+        out[int(backends[part[0]])].timed = (window[part], queue[part], execution[part])
 
 
 def _count(condition: Q) -> Sum:
