@@ -258,7 +258,14 @@ def _counted(policy: gates.Policy, plans: list[_Plan], as_of: dt.datetime) -> li
         windows.update(attribution.pass_rate_windows(plan.windows("job_pass_rate")))
     ids = [plan.downstream.id for plan in plans]
     flips = any(c.metric == "flip_rate" for c in criteria)
-    counts = gate_counts.backend_counts(ids, windows, max(timing, default=0), as_of, flips=flips)
+    last_rows = [
+        plan.downstream.id
+        for plan in plans
+        if any(c.metric in gate_counts.LAST_ROW_METRICS for c in plan.criteria)
+    ]
+    counts = gate_counts.backend_counts(
+        ids, windows, max(timing, default=0), as_of, flips=flips, last_rows=last_rows
+    )
     oncall_days = [c.window_days for c in criteria if c.metric == ONCALL_METRIC]
     oncall = (
         gate_counts.oncall_rows(ids, as_of - dt.timedelta(days=max(oncall_days)), as_of)

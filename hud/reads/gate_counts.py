@@ -23,7 +23,7 @@ import datetime as dt
 import functools
 import operator
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -44,6 +44,8 @@ TIMINGS = {
     f"{base}_{stat}" for base in ("queue_seconds", "execution_seconds", "end_to_end_seconds")
     for stat in ("mean", "p50", "p95")
 }  # fmt: skip
+# The metrics counted by each logical job's last row (`BackendCounts.by_last_row`).
+LAST_ROW_METRICS = frozenset({"first_attempt_pass_rate", "flake_rate"})
 SUPPORTED = frozenset({
     *_JOB_SHARES, "first_attempt_pass_rate", "rerun_rate", "flake_rate", "flip_rate",
     "overrun_rate", "days_of_data", *TIMINGS,
@@ -283,10 +285,12 @@ def backend_counts(
     as_of: dt.datetime,
     *,
     flips: bool = False,
+    last_rows: Collection[int] | None = None,
 ) -> dict[int, BackendCounts]:
     """The counts of each backend of `ids` over the windows (days before `as_of`), their
     spread's look-back, `timing_days` of timed attempts (0: none read), and with `flips` the
-    trunk and nightly series."""
+    trunk and nightly series. The counts by last row (`LAST_ROW_METRICS`) are read for the
+    backends of `last_rows` only (None: all of them)."""
     starts = [as_of - dt.timedelta(days=days) for days in {*windows}]
     starts.append(as_of - stats.SPREAD_LOOKBACK)
     first = min(starts)
@@ -315,7 +319,12 @@ def backend_counts(
     for backend, when, is_late, *counts in jobs:
         counted = sum(counts[_OUTCOMES.index(outcome)] for outcome in stats.COUNTED)
         out[backend].jobs.add(when, is_late, [*counts, counted])
-    last_span = Q(downstream_id__in=ids, last_placed_at__gte=first, last_placed_at__lt=as_of)
+    by_last = set(ids if last_rows is None else last_rows)
+    last_span = Q(
+        downstream_id__in=[backend for backend in ids if backend in by_last],
+        last_placed_at__gte=first,
+        last_placed_at__lt=as_of,
+    )
     by_last_row = (
         LogicalJob.objects.filter(last_span)
         .annotate(
