@@ -6,6 +6,8 @@ and the other backends failing on its SHA."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import operator
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -213,13 +215,14 @@ def _cross_commit_rows(
     # which other jobs (of its backend or another) are judged in the same call. Read as the
     # tuples (`_RUN_COLUMNS`), origin and failure derived in SQL: there are many.
     runs: dict[tuple[int, str, str], list[tuple]] = defaultdict(list)
-    read = Job.objects.filter(
-        _of_judged_jobs(judged, window, judged_at), status=Job.Status.COMPLETED
-    ).annotate(origin=_ORIGIN, failed=_FAILED)
-    for downstream_id, workflow, job, *run in read.values_list(
-        "downstream_id", "workflow_name", "job_name", *_RUN_COLUMNS
-    ):
-        runs[(downstream_id, workflow, job)].append(tuple(run))
+    for spans in _of_judged_jobs(judged, window, judged_at):
+        read = Job.objects.filter(spans, status=Job.Status.COMPLETED).annotate(
+            origin=_ORIGIN, failed=_FAILED
+        )
+        for downstream_id, workflow, job, *run in read.values_list(
+            "downstream_id", "workflow_name", "job_name", *_RUN_COLUMNS
+        ):
+            runs[(downstream_id, workflow, job)].append(tuple(run))
     return failures, runs
 
 
@@ -268,28 +271,38 @@ def _load(
     return loaded
 
 
+# Judged jobs' spans per runs read: SQLite parses an OR chain as deep as it is long, and
+# refuses past 1,000.
+_SPANS_PER_READ = 200
+
+
 def _of_judged_jobs(
     judged: list[dict[str, Any]], window: dt.timedelta, judged_at: dt.datetime
-) -> Q:
+) -> list[Q]:
     """Rows of each judged job's backend, workflow and job over its judged jobs' windows (from
     the first one's start to the last one's end, never past `judged_at`): one range of the
-    (downstream, job_name, placed_at) index each, not every job name of every backend judged."""
+    (downstream, job_name, placed_at) index each, not every job name of every backend judged;
+    at most `_SPANS_PER_READ` of them per read."""
     spans: dict[tuple[int, str, str], list[dt.datetime]] = {}
     for row in judged:
         placed = _moment(row["placed_at"])
         key = (row["downstream_id"], row["workflow_name"], row["job_name"])
         first, last = spans.get(key, (placed, placed))
         spans[key] = [min(first, placed), max(last, placed)]
-    rows = Q(pk__in=[])
-    for (downstream_id, workflow, job), (first, last) in sorted(spans.items()):
-        rows |= Q(
+    terms = [
+        Q(
             downstream_id=downstream_id,
             workflow_name=workflow,
             job_name=job,
             placed_at__gte=first - window,
             placed_at__lt=min(last + window, judged_at),
         )
-    return rows
+        for (downstream_id, workflow, job), (first, last) in sorted(spans.items())
+    ]
+    return [
+        functools.reduce(operator.or_, terms[start : start + _SPANS_PER_READ])
+        for start in range(0, len(terms), _SPANS_PER_READ)
+    ]
 
 
 def _add_cross_commit(

@@ -2,15 +2,17 @@
 
 The derived layer's rows are what `stats.prepare` makes of all of a backend's attempts, so the
 gate's rates are shares of counts read per UTC day (the day-clustered interval's unit), each
-day split where a window starts: a few rows per backend and day instead of every logical job
-in pandas. The whole days on which no window starts are the daily rollups' (kept at write
-time, like the rows); only the days a window starts on, and `as_of`'s own, are counted from
-the rows. Timing means and percentiles, which no count gives, are taken over the window's
-timed attempts read as numbers; the trunk and nightly series and the jobs that did not pass
-(what attribution judges) as their layer rows. As of an earlier moment, the few logical jobs
-a later attempt changed are counted as `hud.stats` derives them from the attempts placed
-before it (`_rederive_later`). `tests/promotion/test_gate_counts.py` proves every figure equal
-to `hud.stats` over all the backend's attempts as of the moment.
+day split where a window starts: a few rows per backend and day instead of every logical job in
+pandas. Of the logical-job and attempt counts, the whole days on which no window starts are the
+daily rollups' (kept at write time, like the rows); only the days a window starts on, and
+`as_of`'s own, are counted from the rows (the counts by last row, read only for backends whose
+criteria name them, still from the rows of the span). Timing means and percentiles, which no
+count gives, are taken over the window's timed attempts read as numbers; the trunk and nightly
+series and the jobs that did not pass (what attribution judges) as their layer rows. As of an
+earlier moment, the few logical jobs a later attempt changed are counted as `hud.stats` derives
+them from the attempts placed before it (`_rederive_later`).
+`tests/promotion/test_gate_counts.py` proves every figure equal to `hud.stats` over all the
+backend's attempts as of the moment.
 
 `SUPPORTED` names the metrics read this way: every one `hud.stats` defines. A backend with
 exclusions is evaluated from its prepared jobs instead (`hud.reads.gate`).
@@ -119,7 +121,6 @@ def _after(day: dt.date, late: bool, start: dt.datetime) -> bool:
 
 
 # Logical-job columns: one count per outcome class, then completed and re-run completed jobs.
-
 _OUTCOMES = (stats.SUCCESS, stats.FAILURE, stats.TIMED_OUT, stats.CANCELLED,
              stats.SUPERSEDED, stats.EXCLUDED)  # fmt: skip
 _COMPLETED, _RERUN = len(_OUTCOMES), len(_OUTCOMES) + 1
@@ -157,15 +158,19 @@ class BackendCounts:
     series_points: dict[tuple, tuple] = field(default_factory=dict)
     # Logical jobs not passing since the first start: key (`_KEY`) → (placed_at, outcome).
     failing: dict[tuple, tuple[dt.datetime, str]] = field(default_factory=dict)
-    # Timed attempts: (the shortest window, in days, they fall in, queue s, execution s).
-    # (window days, queue seconds, execution seconds) arrays, NaN where unknown.
+    # Timed attempts as arrays: the shortest window (days) each falls in, its queue and
+    # execution seconds (NaN where unknown).
     timed: tuple[np.ndarray, np.ndarray, np.ndarray] = field(
         default_factory=lambda: (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
     )
     last_result: dt.datetime | None = None
+    # Whether `by_last_row` was read (`backend_counts`' `last_rows`).
+    last_rows: bool = True
 
     def metric(self, name: str, start: dt.datetime, min_n: int) -> stats.Estimate:
         """`stats.compute_metric(name, prepared, start, as_of)` from the counts."""
+        if name in LAST_ROW_METRICS and not self.last_rows:
+            raise ValueError(f"{name}: the counts by last row were not read for this backend")
         end = self.as_of
         if name in _JOB_SHARES:
             note = ""
@@ -320,6 +325,8 @@ def backend_counts(
         counted = sum(counts[_OUTCOMES.index(outcome)] for outcome in stats.COUNTED)
         out[backend].jobs.add(when, is_late, [*counts, counted])
     by_last = set(ids if last_rows is None else last_rows)
+    for backend in ids:
+        out[backend].last_rows = backend in by_last
     last_span = Q(
         downstream_id__in=[backend for backend in ids if backend in by_last],
         last_placed_at__gte=first,
@@ -412,8 +419,9 @@ def _add_rollups(
     out: dict[int, BackendCounts], ids: Sequence[int], days: Sequence[dt.date]
 ) -> None:
     """Count `days` of each backend from its daily rollups (every event type): the layer's
-    logical jobs by their latest row's day and the completed attempts by their own, as the
-    row reads count them (a property test proves the rollups equal to the layer's rows)."""
+    logical jobs by the day of their `placed_at` (the latest attempt's) and the completed
+    attempts by their own, as the row reads count them (the rollups are kept with the rows in
+    one transaction; tests/ingestion/test_derived.py proves them equal to a rebuild)."""
     outcomes = [OUTCOME_COLUMNS[outcome] for outcome in _OUTCOMES]
     attempts = ["completed_attempts", "overrun_known", "overrun"]
     sums = [*outcomes, "completed_jobs", "rerun_jobs", *attempts]
@@ -568,17 +576,18 @@ def _read_durations(
         .exclude(conclusion=Job.Conclusion.SKIPPED)
         .annotate(window=shortest)
         .values_list("downstream_id", "window", "queue_seconds", "execution_seconds")
-        .order_by("downstream_id")
+        .order_by()
     )
     if not rows:
         return
-    # One array per column (None: NaN), split where the backend changes.
+    # One array per column (None: NaN), grouped by backend in the order read (a stable sort).
     backends = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
     window = np.fromiter((row[1] for row in rows), dtype=np.int64, count=len(rows))
     queue = np.array([row[2] for row in rows], dtype=float)
     execution = np.array([row[3] for row in rows], dtype=float)
-    bounds = np.flatnonzero(np.diff(backends)) + 1
-    for part in np.split(np.arange(len(rows)), bounds):
+    order = np.argsort(backends, kind="stable")
+    bounds = np.flatnonzero(np.diff(backends[order])) + 1
+    for part in np.split(order, bounds):
         out[int(backends[part[0]])].timed = (window[part], queue[part], execution[part])
 
 

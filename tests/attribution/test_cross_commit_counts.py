@@ -1,5 +1,6 @@
-"""A verdict's cross-commit evidence, counted in SQL (`evidence._run_counts`) and from the runs
-on the origins its tests failed on, equals its definition read off every stored attempt.
+"""A verdict's cross-commit evidence, as `hud.attribution.evidence` reads it (`_cross_commit_rows`:
+runs as tuples per judged job's span) and counts it (`_cross_commit`), equals its definition
+read off every stored attempt.
 
 The definition, per judged job (docs/attribution.md, rules 4-6): over the completed runs of
 its backend, workflow and job placed in [placed_at - 14 days, min(placed_at + 14 days, until)),
@@ -13,6 +14,7 @@ from collections import defaultdict
 import pytest
 
 from hud import attribution
+from hud.attribution import evidence
 from hud.attribution.identity import failed_test_id, failure_signature, logical_key, origin_of
 from hud.models import FailedTest, Job, LogicalJob
 from tests.attribution.conftest import DAY, HOUR, failed, sha
@@ -164,3 +166,18 @@ def test_a_test_failing_where_its_job_did_not_run_counts_that_origin_once(histor
     assert (item["evidence"]["ran_elsewhere"], test["failed_elsewhere"]) == (3, 2)
     assert test["ran_elsewhere"] == 4  # three pushes and PR 2
     assert _counted(item["evidence"]) == _expected(item, NOW)
+
+
+@pytest.mark.django_db
+def test_runs_of_many_judged_jobs_are_read_in_bounded_chunks():
+    """1,200 judged backends/workflows/jobs: each read names at most 200 spans, so SQLite (which
+    refuses an OR chain deeper than 1,000) runs every one of them."""
+    judged = [
+        {"downstream_id": n % 50 + 1, "workflow_name": "ci", "job_name": f"job-{n}",
+         "placed_at": NOW - dt.timedelta(hours=n)}
+        for n in range(1200)
+    ]  # fmt: skip
+    reads = evidence._of_judged_jobs(judged, WINDOW, NOW)
+    assert len(reads) == 6
+    for spans in reads:
+        assert list(Job.objects.filter(spans).values_list("id", flat=True)) == []

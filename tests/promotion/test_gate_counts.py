@@ -149,3 +149,12 @@ def test_an_evaluation_from_counts_equals_the_one_from_prepared_jobs(
         assert _as_json(counted[item.id]) == _as_json(prepared[item.id]), item.full_name
         excluded += len(counted[item.id].adjusted["excluded"])
     assert excluded >= 2
+
+
+@pytest.mark.django_db
+def test_counts_by_last_row_not_read_are_refused_not_guessed():
+    backend = builders.downstream("sim/unread", Level.L2)
+    counts = gate_counts.backend_counts([backend.id], [7], 0, NOW, last_rows=[])[backend.id]
+    with pytest.raises(ValueError, match="flake_rate"):
+        counts.metric("flake_rate", NOW - dt.timedelta(days=7), 1)
+    assert counts.metric("job_pass_rate", NOW - dt.timedelta(days=7), 1).n == 0
