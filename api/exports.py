@@ -105,8 +105,13 @@ def _iso_datetime(field: fields.DateTimeField) -> Callable[[str], str] | None:
         return None
     # A database that keeps no offset (SQLite) keeps the connection's time zone.
     stored_zone = connection.timezone
+    # Stored and shown in UTC (the default): a naive "YYYY-MM-DD HH:MM:SS[.ffffff]" is its own
+    # rendering with a "T" and a "Z", without a datetime made and formatted per cell.
+    as_stored = _is_utc(stored_zone) and _is_utc(zone)
 
     def iso(text: str) -> str:
+        if as_stored and text[10:11] == " " and len(text) in (19, 26) and _naive(text):
+            return f"{text[:10]}T{text[11:]}Z"
         value = dt.datetime.fromisoformat(text)
         if value.tzinfo is None:
             value = value.replace(tzinfo=stored_zone)
@@ -114,3 +119,16 @@ def _iso_datetime(field: fields.DateTimeField) -> Callable[[str], str] | None:
         return rendered[:-6] + "Z" if rendered.endswith("+00:00") else rendered
 
     return iso
+
+
+def _is_utc(zone: dt.tzinfo) -> bool:
+    """Whether `zone` is UTC all year."""
+    return all(
+        dt.datetime(2000, month, 1, tzinfo=zone).utcoffset() == dt.timedelta(0) for month in (1, 7)
+    )
+
+
+def _naive(text: str) -> bool:
+    """Whether a datetime's text carries no offset after its seconds (and fraction)."""
+    tail = text[19:]
+    return tail == "" or (tail[0] == "." and tail[1:].isdigit())

@@ -8,6 +8,7 @@ import json
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from rest_framework import fields
 
 from api import exports
 from api.renderers import escape_cell
@@ -205,3 +206,18 @@ def test_schema_documents_the_ndjson_export(client, db):
     (fmt,) = [parameter for parameter in parameters if parameter["name"] == "format"]
     assert fmt["schema"]["enum"] == ["csv", "json", "ndjson"]
     assert "ndjson" in fmt["description"]
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("2026-12-03 16:20:58", "2026-12-03T16:20:58Z"),  # SQLite, whole seconds
+        ("2026-12-03 16:20:58.123456", "2026-12-03T16:20:58.123456Z"),  # SQLite
+        ("2026-12-03 16:20:58.123+00", "2026-12-03T16:20:58.123000Z"),  # an offset, 26 long
+        ("2026-12-03 18:20:58+02:00", "2026-12-03T16:20:58Z"),
+    ],
+)
+def test_a_datetime_exports_as_drf_renders_it(text, shown):
+    iso = exports._iso_datetime(fields.DateTimeField())
+    assert iso(text) == shown
+    assert fields.DateTimeField().to_representation(dt.datetime.fromisoformat(text)) == shown
