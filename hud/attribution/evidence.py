@@ -146,7 +146,8 @@ class _Loaded:
     failing_by_sha: dict[str, list[dict[str, Any]]]
     successes: dict[LogicalKey, list[dict[str, Any]]]
     # Cross-commit evidence: failures of the judged tests on this backend in the window, per
-    # (downstream id, test id); and the window's runs of the judged jobs, one row per head SHA.
+    # (downstream id, test id); and the completed runs of the judged jobs in their spans, per
+    # (downstream id, workflow, job), one `_RUN_COLUMNS` tuple each.
     test_failures: dict[tuple[int, str], list[dict[str, Any]]]
     runs: dict[tuple[int, str, str], list[tuple]]  # `_RUN_COLUMNS`
     judged_at: dt.datetime
@@ -346,17 +347,12 @@ def _latest_on(
 
 def _of_keys_shas(keys: set[LogicalKey]) -> Q:
     """Rows of each judged backend and event type on the SHAs judged for them (none for no
-    keys): each term a range of the (downstream_id, event_type, head_sha, ...) indexes."""
-    shas_of: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for backend, event_type, sha, *_ in keys:
-        shas_of[(backend, event_type)].add(sha)
-    names = {backend for backend, _ in shas_of}
+    keys), by backend id (`selectors.on_shas`)."""
+    names = {key[0] for key in keys}
     ids = dict(Downstream.objects.filter(full_name__in=names).values_list("full_name", "id"))
-    rows = Q(pk__in=[])
-    for (backend, event_type), shas in shas_of.items():
-        if backend in ids:
-            rows |= Q(downstream_id=ids[backend], event_type=event_type, head_sha__in=shas)
-    return rows
+    return selectors.on_shas(
+        (ids[backend], event_type, sha) for backend, event_type, sha, *_ in keys if backend in ids
+    )
 
 
 def _changed_after(

@@ -38,7 +38,7 @@ from hud import gates, stats
 from hud.models import DailyRollup, Job, LogicalJob
 from hud.reads.rollups import OUTCOME_COLUMNS
 from hud.reads.rows import driver_rows
-from hud.reads.selectors import FRAME_COLUMNS
+from hud.reads.selectors import FRAME_COLUMNS, on_shas
 
 # Shares of logical jobs, shares of attempts, and figures of timed attempts' durations.
 _JOB_SHARES = {"job_pass_rate": stats.SUCCESS, "timeout_rate": stats.TIMED_OUT}
@@ -399,7 +399,7 @@ def _on_days(days: Sequence[dt.date], low: dt.datetime, high: dt.datetime) -> Q:
     for first, last in _runs(days):
         rows |= Q(
             placed_at__gte=max(low, _midnight(first)),
-            placed_at__lt=min(high, _midnight_after(last)),
+            placed_at__lt=min(high, _midnight(last + dt.timedelta(days=1))),
         )
     return rows
 
@@ -486,18 +486,6 @@ def _rederive_later(out: dict[int, BackendCounts], ids: Sequence[int], as_of: dt
         for job in _as_of_jobs(ids, shas, as_of):
             if job["head_sha"] in shas and _backend_key(job) in stale:
                 out[job["downstream_id"]].count(job, 1)
-
-
-def _on_shas(keys: Iterable[tuple[int, str, str]]) -> Q:
-    """Rows of each (backend id, event type, head SHA): one range of the (downstream_id,
-    event_type, head_sha, ...) index per backend and event type."""
-    shas_of: dict[tuple[int, str], set[str]] = defaultdict(set)
-    for backend, event_type, sha in keys:
-        shas_of[(backend, event_type)].add(sha)
-    rows = Q(pk__in=[])
-    for (backend, event_type), shas in sorted(shas_of.items()):
-        rows |= Q(downstream_id=backend, event_type=event_type, head_sha__in=shas)
-    return rows
 
 
 def _backend_key(job: Mapping[str, Any]) -> tuple:
@@ -611,10 +599,8 @@ def _midnight(day: dt.date) -> dt.datetime:
     return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
 
 
-def _midnight_after(moment: dt.datetime | dt.date) -> dt.datetime:
-    """The UTC midnight ending the day of `moment` (a UTC day when a date)."""
-    day = moment.astimezone(dt.UTC).date() if isinstance(moment, dt.datetime) else moment
-    return _midnight(day + dt.timedelta(days=1))
+def _midnight_after(moment: dt.datetime) -> dt.datetime:
+    return _midnight(moment.astimezone(dt.UTC).date() + dt.timedelta(days=1))
 
 
 # What `promotion.oncall_response_hours` reads of an attempt.
@@ -643,7 +629,7 @@ def oncall_rows(
     rows = [
         row
         for some in _chunks({key[:3] for key in keys})
-        for row in pr_rows.filter(_on_shas(some)).values_list(*columns)
+        for row in pr_rows.filter(on_shas(some)).values_list(*columns)
         if row[:5] in keys
     ]
     frame = pd.DataFrame.from_records(rows, columns=_ONCALL_COLUMNS)

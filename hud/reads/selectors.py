@@ -1,11 +1,13 @@
 """The reads the pages and the API need, in one place so both show the same rows."""
 
 import datetime as dt
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pandas as pd
 from django.conf import settings
-from django.db.models import Count, Exists, Max, OuterRef, Prefetch, QuerySet, Subquery
+from django.db.models import Count, Exists, Max, OuterRef, Prefetch, Q, QuerySet, Subquery
 
 from hud import stats
 from hud.levels import active_overrides  # noqa: F401  (one copy, in hud.levels)
@@ -72,6 +74,19 @@ def jobs_with_failed_tests(queryset: QuerySet[Job]) -> QuerySet[Job]:
     return queryset.prefetch_related(
         Prefetch("failed_tests", queryset=FailedTest.objects.order_by("id"))
     )
+
+
+def on_shas(keys: Iterable[tuple[int, str, str]]) -> Q:
+    """Rows (jobs or logical jobs) of each (backend id, event type, head SHA) of `keys`: one
+    range of the (downstream_id, event_type, head_sha, ...) index per backend and event type;
+    none for no keys."""
+    shas_of: dict[tuple[int, str], set[str]] = defaultdict(set)
+    for backend, event_type, sha in keys:
+        shas_of[(backend, event_type)].add(sha)
+    rows = Q(pk__in=[])
+    for (backend, event_type), shas in sorted(shas_of.items()):
+        rows |= Q(downstream_id=backend, event_type=event_type, head_sha__in=shas)
+    return rows
 
 
 def pr_jobs(number: int) -> QuerySet[Job]:

@@ -15,8 +15,8 @@ import pytest
 
 from hud import attribution
 from hud.attribution import evidence
-from hud.attribution.identity import failed_test_id, failure_signature, logical_key, origin_of
-from hud.models import FailedTest, Job, LogicalJob
+from hud.attribution.identity import failed_test_id, failure_signature, origin_of
+from hud.models import FailedTest, Job
 from tests.attribution.conftest import DAY, HOUR, failed, sha
 from tests.conftest import NOW
 from tests.support import attribution_sim
@@ -124,12 +124,7 @@ def _kinds_of_words(where: str) -> dict[str, int]:
 def test_cross_commit_evidence_equals_its_definition(frozen_clock, seed, days_back):
     attribution_sim.simulate(seed, attribution_sim.SMALL, NOW, frozen_clock)
     until = NOW - dt.timedelta(days=days_back)
-    keys = {
-        logical_key({**row, "downstream": row.pop("downstream__full_name")})
-        for row in LogicalJob.objects.filter(
-            outcome__in=attribution.JUDGED_OUTCOMES, placed_at__lt=until
-        ).values("downstream__full_name", "event_type", "head_sha", "workflow_name", "job_name")
-    }
+    keys = attribution_sim.judged_keys(until)
     checked = [
         item
         for item in attribution.verdicts_of(keys, until=until)

@@ -11,8 +11,6 @@ import datetime as dt
 import pytest
 
 from hud import attribution
-from hud.attribution.identity import logical_key
-from hud.models import LogicalJob
 from tests.conftest import NOW
 from tests.support import attribution_sim
 
@@ -29,12 +27,7 @@ def _excluded(verdicts: list[dict]) -> list[dict]:
 def test_gate_verdicts_exclude_what_the_full_verdicts_exclude(frozen_clock, seed, days_back):
     attribution_sim.simulate(seed, attribution_sim.SMALL, NOW, frozen_clock)
     until = NOW - dt.timedelta(days=days_back)
-    keys = {
-        logical_key({**row, "downstream": row.pop("downstream__full_name")})
-        for row in LogicalJob.objects.filter(
-            outcome__in=attribution.JUDGED_OUTCOMES, placed_at__lt=until
-        ).values("downstream__full_name", "event_type", "head_sha", "workflow_name", "job_name")
-    }
+    keys = attribution_sim.judged_keys(until)
     full = attribution.verdicts_of(keys, until=until)
     gate = attribution.gate_verdicts(keys, until=until)
     by_job = {item["job_id"]: item for item in full}

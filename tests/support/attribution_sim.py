@@ -25,9 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hud import attribution
+from hud.attribution.identity import logical_key
 from hud.core.payload import parse_callback
 from hud.ingestion import ingest
-from hud.models import Downstream, Job, Level
+from hud.models import Downstream, Job, Level, LogicalJob
 from tests.support import builders
 
 BACKENDS = ("sim/npu", "sim/spyre")
@@ -285,6 +286,16 @@ class Score:
             ),
             "broken_trunk_not_blamed_on_pr": self.recall(TRUNK, RIGHT[TRUNK]),
         }
+
+
+def judged_keys(until: dt.datetime) -> set[attribution.LogicalKey]:
+    """The logical jobs a verdict judges (failed, timed out, cancelled) placed before `until`."""
+    return {
+        logical_key({**row, "downstream": row.pop("downstream__full_name")})
+        for row in LogicalJob.objects.filter(
+            outcome__in=attribution.JUDGED_OUTCOMES, placed_at__lt=until
+        ).values("downstream__full_name", "event_type", "head_sha", "workflow_name", "job_name")
+    }
 
 
 def score(history: History) -> Score:
