@@ -712,26 +712,45 @@ def measure_visibility(base: str, issuer: OidcIssuer, samples: int) -> dict[str,
 
 
 def profile(url: str, jwks_url: str, issuer: OidcIssuer, failures: int, count: int) -> None:
-    """Run the Django path in-process under pyinstrument and print the profile."""
-    os.environ.update(app_environment(url, jwks_url))
-    import django
+    """Run the Django path in-process under pyinstrument (`profile_child`) and print the
+    profile. The child is a process of its own: this one's Django read its settings at import,
+    before the database and the JWKS server existed."""
+    jobs = prepare_jobs(issuer, f"profile{failures}", count, failures, 700_000_000)
+    with tempfile.NamedTemporaryFile(suffix=".json", mode="w") as prepared:
+        json.dump([[[c.token, c.body.decode()] for c in job] for job in jobs], prepared)
+        prepared.flush()
+        subprocess.run(
+            [PYTHON, __file__, "--profile-jobs", prepared.name],
+            cwd=ROOT,
+            env=app_environment(url, jwks_url),
+            check=True,
+        )
 
-    django.setup()
+
+def profile_child(path: str) -> None:
+    """`profile`'s child: post the prepared jobs through Django's test client, warm first."""
     from django.test import Client
     from pyinstrument import Profiler
 
     client = Client(SERVER_NAME="localhost")
-    jobs = prepare_jobs(issuer, f"profile{failures}", count, failures, 700_000_000)
+    with open(path) as prepared:
+        jobs = [
+            [Callback(token, body.encode()) for token, body in job] for job in json.load(prepared)
+        ]
 
-    def post(some_jobs: list[tuple[Callback, Callback]]) -> None:
+    def post(some_jobs: list[list[Callback]]) -> None:
         for job in some_jobs:
             for callback in job:
-                client.post(
+                response = client.post(
                     "/github/callback",
                     callback.body,
                     content_type="application/json",
                     HTTP_AUTHORIZATION=f"Bearer {callback.token}",
                 )
+                if response.status_code != 200:
+                    raise SystemExit(
+                        f"callback answered {response.status_code}: {response.content!r}"
+                    )
 
     post(jobs[:5])  # warm: JWKS fetched, connection open, statements prepared
     profiler = Profiler(interval=0.0005)
@@ -774,10 +793,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; best kept")
     parser.add_argument("--latency-samples", type=int, default=50)
     parser.add_argument("--profile", type=int, metavar="FAILED_TESTS", default=None)
+    parser.add_argument("--profile-jobs", help=argparse.SUPPRESS)  # `profile`'s child
     parser.add_argument(
         "--cache-url", help="Django cache for the workers (e.g. redis://127.0.0.1:6379/3)"
     )
     args = parser.parse_args()
+    if args.profile_jobs:
+        profile_child(args.profile_jobs)
+        return 0
 
     url = f"{args.pg}/{DB_NAME}"
     create_database(args.pg)

@@ -25,6 +25,9 @@ _LATEST_NAIVE = LATEST_TIME.replace(tzinfo=None)
 MAX_SECONDS = 366 * 24 * 3600.0
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# The escapes through which a decoded JSON string can hold a NUL or a lone surrogate (a pair is
+# matched too: the string walk then tells them apart).
+_RISKY_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
 _ASCII_DIGITS = re.compile(r"^[0-9]{1,18}$")
 
 
@@ -65,8 +68,16 @@ def loads(text: str) -> Any:
             None,
             "invalid_json",
         ) from exc
-    check_json_value(value)
+    check_json_value(value, texts=_may_hold_bad_text(text))
     return value
+
+
+def _may_hold_bad_text(text: str) -> bool:
+    """Whether a string or key decoded from JSON `text` may hold what `text_problem` refuses:
+    only a NUL or surrogate in the text itself or a `\\u` escape of one puts it there (strict
+    JSON refuses raw control characters in strings). One scan of the body instead of one check
+    per string."""
+    return "\x00" in text or bool(_LONE_SURROGATE.search(text) or _RISKY_ESCAPE.search(text))
 
 
 def _key_path(parent: str, key: str) -> str:
@@ -83,41 +94,56 @@ def text_problem(value: str) -> str | None:
     return None
 
 
-def check_json_value(value: Any, root: str = "") -> None:
-    """Refuse, naming the path, a decoded JSON value no column or jsonb could hold as sent."""
-    stack: list[tuple[Any, str, int]] = [(value, root, 0)]
+def _path(parent: str, key: str | int | None) -> str:
+    """The dotted path of a child (`key`: its key or index; None: the root itself)."""
+    if key is None:
+        return parent
+    return f"{parent}[{key}]" if isinstance(key, int) else _key_path(parent, key)
+
+
+def check_json_value(value: Any, root: str = "", *, texts: bool = True) -> None:
+    """Refuse, naming the path, a decoded JSON value no column or jsonb could hold as sent.
+    Without `texts` the strings and keys are known to pass `text_problem` (`loads` scanned
+    the body) and are not checked one by one. A path is built only for a container or a
+    refusal."""
+    stack: list[tuple[Any, str, str | int | None, int]] = [(value, root, None, 0)]
     while stack:
-        item, path, depth = stack.pop()
-        name = path or "body"
-        if isinstance(item, _OversizedNumber):
-            raise PayloadError(
-                f"{name} is a number longer than {MAX_NUMBER_CHARS} characters", path
-            )
+        item, parent, key, depth = stack.pop()
         if isinstance(item, str):
-            problem = text_problem(item)
+            if isinstance(item, _OversizedNumber):
+                path = _path(parent, key)
+                raise PayloadError(
+                    f"{path or 'body'} is a number longer than {MAX_NUMBER_CHARS} characters",
+                    path,
+                )
+            problem = text_problem(item) if texts else None
             if problem:
-                raise PayloadError(f"{name} {problem}", path)
+                path = _path(parent, key)
+                raise PayloadError(f"{path or 'body'} {problem}", path)
         elif isinstance(item, bool) or item is None:
             continue
         elif isinstance(item, int):
             if not -INT64_MAX <= item <= INT64_MAX:
-                raise PayloadError(f"{name} is outside the 64-bit integer range", path)
+                path = _path(parent, key)
+                raise PayloadError(f"{path or 'body'} is outside the 64-bit integer range", path)
         elif isinstance(item, float):
             if not math.isfinite(item):
-                raise PayloadError(f"{name} must be a finite number", path)
+                path = _path(parent, key)
+                raise PayloadError(f"{path or 'body'} must be a finite number", path)
         elif isinstance(item, (dict, list)):
+            path = _path(parent, key)
             if depth >= MAX_DEPTH:
-                raise PayloadError(f"{name} is nested deeper than {MAX_DEPTH} levels", path)
-            if isinstance(item, dict):
-                for key, child in item.items():
-                    child_path = _key_path(path, key)
-                    problem = text_problem(key)
-                    if problem:
-                        raise PayloadError(f"a key of {name} {problem}", path or None)
-                    stack.append((child, child_path, depth + 1))
-            else:
-                for index, child in enumerate(item):
-                    stack.append((child, f"{path}[{index}]", depth + 1))
+                raise PayloadError(
+                    f"{path or 'body'} is nested deeper than {MAX_DEPTH} levels", path
+                )
+            if isinstance(item, list):
+                stack.extend((child, path, index, depth + 1) for index, child in enumerate(item))
+                continue
+            for child_key, child in item.items():
+                problem = text_problem(child_key) if texts else None
+                if problem:
+                    raise PayloadError(f"a key of {path or 'body'} {problem}", path or None)
+                stack.append((child, path, child_key, depth + 1))
 
 
 def integer_in_range(value: int, path: str, low: int, high: int) -> int:
