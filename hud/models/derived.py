@@ -100,10 +100,19 @@ class LogicalJob(models.Model):
                 ),
             ),
             # A judged job's nearest trunk and nightly references (attribution): one probe each,
-            # not a scan of the backend's fortnight (0.47 → 0.03 ms per judged job at 1M jobs).
+            # not a scan of the backend's fortnight (0.47 → 0.03 ms per judged job at 1M jobs);
+            # in the order it is read (latest job breaking a tie), so the probe stops at the
+            # first row that qualifies instead of sorting every row of its look-back.
             models.Index(
-                fields=["downstream", "workflow_name", "job_name", "event_type", "placed_at"],
-                name="logicaljob_series",
+                fields=[
+                    "downstream",
+                    "workflow_name",
+                    "job_name",
+                    "event_type",
+                    "placed_at",
+                    "latest_job",
+                ],
+                name="logicaljob_series_latest",
             ),
         ]
 
