@@ -266,12 +266,13 @@ def _counted(policy: gates.Policy, plans: list[_Plan], as_of: dt.datetime) -> li
     counts = gate_counts.backend_counts(
         ids, windows, max(timing, default=0), as_of, flips=flips, last_rows=last_rows
     )
-    oncall_days = [c.window_days for c in criteria if c.metric == ONCALL_METRIC]
-    oncall = (
-        gate_counts.oncall_rows(ids, as_of - dt.timedelta(days=max(oncall_days)), as_of)
-        if oncall_days
-        else {}
-    )
+    # The on-call responses of the backends whose criteria name the metric only (L3 and L4
+    # ones under the default policy).
+    oncall_ids = [plan.downstream.id for plan in plans if plan.windows(ONCALL_METRIC)]
+    oncall: dict[int, list[tuple[dt.datetime, float]]] = {}
+    if oncall_ids:
+        longest = max(c.window_days for c in criteria if c.metric == ONCALL_METRIC)
+        oncall = gate_counts.oncall_responses(oncall_ids, as_of - dt.timedelta(days=longest), as_of)
     out = []
     for plan in plans:
         backend = counts[plan.downstream.id]
@@ -280,7 +281,9 @@ def _counted(policy: gates.Policy, plans: list[_Plan], as_of: dt.datetime) -> li
             backend.last_result,
             policy,
             **plan.facts(as_of),
-            extra=_oncall_metrics(plan, oncall.get(plan.downstream.id), as_of),
+            extra=_oncall_metrics(
+                plan, functools.partial(_hours_since, oncall.get(plan.downstream.id, [])), as_of
+            ),
         )
         out.append(
             _Pending(
@@ -304,17 +307,20 @@ def _counted(policy: gates.Policy, plans: list[_Plan], as_of: dt.datetime) -> li
     return out
 
 
+def _hours_since(responses: list[tuple[dt.datetime, float]], since: dt.datetime) -> list[float]:
+    """The hours of the responses (`gate_counts.oncall_responses`) to failures placed from
+    `since` on."""
+    return [hours for placed_at, hours in responses if placed_at >= since]
+
+
 def _oncall_metrics(
-    plan: _Plan, attempts: pd.DataFrame | None, as_of: dt.datetime
+    plan: _Plan, hours_since: Callable[[dt.datetime], list[float]], as_of: dt.datetime
 ) -> dict[str, stats.Estimate]:
-    """The on-call response median of each window the criteria name it for, from `attempts`
-    (every attempt of the logical jobs whose responses are measured, or more)."""
+    """The on-call response median of each window the criteria name it for, from
+    `hours_since(start)`: the responses to the failures placed from `start` on."""
     return {
         gates.metric_key(ONCALL_METRIC, days): stats.percentile_estimate(
-            oncall_response_hours(attempts, as_of - dt.timedelta(days=days)),
-            0.5,
-            min_n=1,
-            unit="hours",
+            hours_since(as_of - dt.timedelta(days=days)), 0.5, min_n=1, unit="hours"
         )
         for days in plan.windows(ONCALL_METRIC)
     }
@@ -338,7 +344,7 @@ def _prepared(policy: gates.Policy, plans: list[_Plan], as_of: dt.datetime) -> l
 def _metrics_of(plan: _Plan, policy: gates.Policy, as_of: dt.datetime, jobs: GateJobs) -> _Pending:
     # Only a logical job with more than one attempt has a response to measure. Computed for the
     # criteria that name it (an L3 backend's, targeting L4), once per window they use.
-    extra = _oncall_metrics(plan, jobs.attempts, as_of)
+    extra = _oncall_metrics(plan, functools.partial(oncall_response_hours, jobs.attempts), as_of)
     metrics = gates.gate_metrics(jobs.prepared, policy, **plan.facts(as_of), extra=extra)
     # Gate-adjusted pass rate (issue 7): shown always; decided on when the policy says so.
     windows = plan.windows("job_pass_rate")

@@ -45,13 +45,13 @@ def _counts_equal_the_attempts(backend, as_of: dt.datetime) -> None:
                 got = counts[backend.id].metric(name, start, stats.DEFAULT_MIN_N)
                 assert got == expected, (name, days_back, chunk)
         assert counts[backend.id].last_result == stats.last_result_at(reference)
-    # The failed jobs' SHAs read one, two and a thousand at a time.
-    for days_back, chunk in ((1, 1), (14, 2), (28, gate_counts.IN_CHUNK)):
+    # The on-call responses paired in SQL are the ones paired from all the attempts.
+    for days_back in (1, 14, 28):
         since = as_of - dt.timedelta(days=days_back)
-        with mock.patch.object(gate_counts, "IN_CHUNK", chunk):
-            paired = gate_counts.oncall_rows([backend.id], since, as_of)[backend.id]
+        paired = gate_counts.oncall_responses([backend.id], since, as_of)[backend.id]
         expected = promotion.oncall_response_hours(stats.as_of(frame, as_of), since)
-        assert promotion.oncall_response_hours(paired, since) == expected, days_back
+        assert sorted(hours for _, hours in paired) == sorted(expected), days_back
+        assert all(placed_at >= since for placed_at, _ in paired)
 
 
 @pytest.mark.django_db
