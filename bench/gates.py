@@ -44,6 +44,12 @@ def _setup_django(database: str) -> None:
     import django
 
     django.setup()
+    # Started as a Celery pool process is (config/celery.py): what the tasks import imported,
+    # then start-up's objects frozen out of the garbage collector's walks.
+    import hud.tasks  # noqa: F401
+    from hud.core.process import freeze_startup_objects
+
+    freeze_startup_objects()
 
 
 def _timed(work, repeat: int) -> dict[str, float]:

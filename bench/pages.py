@@ -58,9 +58,9 @@ def _setup_django(database: str) -> None:
     os.environ.setdefault("SECRET_KEY", "bench-only-not-secret")
     os.environ.setdefault("ALLOWED_HOSTS", "testserver")
     sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
+    # Started as a web worker is: the WSGI module sets Django up and freezes start-up's
+    # objects out of the garbage collector's walks (hud.core.process).
+    import config.wsgi  # noqa: F401
 
 
 def create_database(database: str, refill: bool) -> bool:

@@ -20,6 +20,7 @@ from celery.signals import (
 
 from config.logging_context import request_id_var, task_request_id
 from hud.core import leases
+from hud.core.process import freeze_startup_objects
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 logger = logging.getLogger(__name__)
@@ -79,14 +80,17 @@ def _use_django_logging(**kwargs: Any) -> None:
 
 @worker_process_init.connect
 def _beat_from_pool_process(**kwargs: Any) -> None:
-    """A prefork pool process runs tasks, so it names their claims and keeps them alive."""
+    """A prefork pool process runs tasks, so it names their claims and keeps them alive, and
+    leaves what start-up made to the garbage collector no more."""
     leases.start_heartbeat()
+    freeze_startup_objects()
 
 
 @worker_ready.connect
 def _beat_from_worker(**kwargs: Any) -> None:
     """Thread and solo pools run tasks in the worker process itself (hud.core.leases)."""
     leases.start_heartbeat()
+    freeze_startup_objects()
 
 
 @worker_ready.connect

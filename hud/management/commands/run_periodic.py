@@ -5,6 +5,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from hud import periodic
+from hud.core.process import freeze_startup_objects
 
 
 class Command(BaseCommand):
@@ -26,6 +27,8 @@ class Command(BaseCommand):
         """Run each periodic job and print what it did."""
         if interval < 1:
             raise CommandError("--interval must be at least 1 second")
+        if loop:  # a long-lived process, as a worker is
+            freeze_startup_objects()
         while True:
             for name, result in periodic.run_all().items():
                 self.stdout.write(f"{name}: {result}")
