@@ -91,7 +91,8 @@ _REFERENCE_FIELDS = {
     for name in ("logical_id", "id", "event_type", "head_sha", "outcome", "placed_at",
                  "workflow_url")
 }  # fmt: skip
-# The columns of an attempt that rule 1 and the attempt ids of a verdict need.
+# The columns of an attempt that rule 1 and the attempt ids of a verdict need, the logical key
+# (`identity.logical_key`) first.
 _ATTEMPT_FIELDS = (
     "downstream__full_name",
     "event_type",
@@ -105,6 +106,9 @@ _ATTEMPT_FIELDS = (
     "run_attempt",
     "workflow_url",
 )
+_KEY_COLUMNS = 5
+_ID, _STATUS, _CONCLUSION = (_ATTEMPT_FIELDS.index(name) for name in ("id", "status", "conclusion"))
+_SUCCEEDED = (Job.Status.COMPLETED, Job.Conclusion.SUCCESS)
 
 
 def _rows(queryset) -> list[dict[str, Any]]:
@@ -147,7 +151,7 @@ class _Loaded:
     successes: dict[LogicalKey, list[dict[str, Any]]]
     # Cross-commit evidence: failures of the judged tests on this backend in the window, per
     # (downstream id, test id); and the completed runs of the judged jobs in their spans, per
-    # (downstream id, workflow, job), one `_RUN_COLUMNS` tuple each.
+    # (downstream id, workflow, job), one `_RUN_COLUMNS` tuple each (as read, that key first).
     test_failures: dict[tuple[int, str], list[dict[str, Any]]]
     runs: dict[tuple[int, str, str], list[tuple]]  # `_RUN_COLUMNS`
     judged_at: dt.datetime
@@ -157,9 +161,15 @@ def _tests_of(loaded: _Loaded, job_id: int) -> list[dict[str, Any]]:
     return loaded.tests_by_job.get(job_id, [])
 
 
-# A completed run as the cross-commit evidence reads it: its head SHA, origin (`origin_of`),
-# placement and whether it failed.
-_RUN_COLUMNS = ("head_sha", "origin", "placed_at", "failed")
+# A completed run as the cross-commit evidence reads it: its backend, workflow and job (what
+# the runs are grouped by), head SHA, origin (`origin_of`), placement and whether it failed.
+_RUN_COLUMNS = ("downstream_id", "workflow_name", "job_name", "head_sha", "origin", "placed_at",
+                "failed")  # fmt: skip
+# Where a run was placed, and (head SHA, origin, failed) of it.
+_RUN_PLACED = _RUN_COLUMNS.index("placed_at")
+_RUN_FACTS = operator.itemgetter(
+    *(_RUN_COLUMNS.index(name) for name in ("head_sha", "origin", "failed"))
+)
 _ORIGIN = Case(
     When(~Q(pr_number=0), then=Concat(Value("pr#"), Cast("pr_number", CharField()))),
     default=Concat("event_type", Value(":"), "head_sha"),
@@ -213,17 +223,15 @@ def _cross_commit_rows(
         failures[(row["job__downstream_id"], test)].append(row)
     # Each completed run, not a count per head SHA over the union of every judged job's window:
     # a judged job counts the runs in its own window only, so its verdict does not depend on
-    # which other jobs (of its backend or another) are judged in the same call. Read as the
-    # tuples (`_RUN_COLUMNS`), origin and failure derived in SQL: there are many.
+    # which other jobs (of its backend or another) are judged in the same call. Kept as the
+    # tuples read (`_RUN_COLUMNS`), origin and failure derived in SQL: there are many.
     runs: dict[tuple[int, str, str], list[tuple]] = defaultdict(list)
     for spans in _of_judged_jobs(judged, window, judged_at):
         read = Job.objects.filter(spans, status=Job.Status.COMPLETED).annotate(
             origin=_ORIGIN, failed=_FAILED
         )
-        for downstream_id, workflow, job, *run in read.values_list(
-            "downstream_id", "workflow_name", "job_name", *_RUN_COLUMNS
-        ):
-            runs[(downstream_id, workflow, job)].append(tuple(run))
+        for run in read.values_list(*_RUN_COLUMNS):
+            runs[run[:3]].append(run)
     return failures, runs
 
 
@@ -403,14 +411,14 @@ def _attempts_of(
     # Only each key's backend on its SHAs: every backend runs the same SHAs, ~50 times the rows
     # otherwise.
     attempts = Job.objects.filter(bound).filter(of_keys)
+    names = ("downstream", *_ATTEMPT_FIELDS[1:])
     for values in attempts.values_list(*_ATTEMPT_FIELDS):
-        row = dict(zip(("downstream", *_ATTEMPT_FIELDS[1:]), values, strict=True))
-        key = logical_key(row)
+        key = values[:_KEY_COLUMNS]  # the logical key, as the fields start
         if key not in keys:
             continue
-        ids[key].append(row["id"])
-        if row["status"] == Job.Status.COMPLETED and row["conclusion"] == Job.Conclusion.SUCCESS:
-            successes[key].append(row)
+        ids[key].append(values[_ID])
+        if (values[_STATUS], values[_CONCLUSION]) == _SUCCEEDED:
+            successes[key].append(dict(zip(names, values, strict=True)))
     return ids, successes
 
 
@@ -551,11 +559,11 @@ def _cross_commit(row: dict, loaded: _Loaded, policy: AttributionPolicy) -> dict
     mine = origin_of(row["pr_number"], row["event_type"], row["head_sha"])
     start, end = _window_of(row, policy)
     runs = [
-        (sha, origin, failed)
-        for sha, origin, placed_at, failed in loaded.runs.get(
+        _RUN_FACTS(run)
+        for run in loaded.runs.get(
             (row["downstream_id"], row["workflow_name"], row["job_name"]), []
         )
-        if start <= placed_at < end
+        if start <= run[_RUN_PLACED] < end
     ]
     ran = {origin for _, origin, _ in runs} - {mine}
     job_failed = {origin for _, origin, failed in runs if failed} - {mine}

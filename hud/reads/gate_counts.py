@@ -36,7 +36,6 @@ from django.db.models import (
     Count,
     F,
     IntegerField,
-    Max,
     OuterRef,
     Q,
     Subquery,
@@ -47,7 +46,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, TruncDate
 
 from hud import gates, stats
-from hud.models import DailyRollup, Job, LogicalJob
+from hud.models import DailyRollup, Downstream, Job, LogicalJob
 from hud.reads.rollups import OUTCOME_COLUMNS
 from hud.reads.rows import driver_rows
 from hud.reads.selectors import FRAME_COLUMNS
@@ -384,12 +383,18 @@ def backend_counts(
     _rederive_later(out, ids, as_of)
     if timing_days:
         _read_durations(out, ids, sorted({*windows, timing_days}), timing_days, as_of)
-    for backend in ids:
-        out[backend].last_result = (
-            Job.objects.filter(downstream_id=backend, status=Job.Status.COMPLETED,
-                               placed_at__lt=as_of)
-            .aggregate(last=Max("placed_at"))["last"]
-        )  # fmt: skip
+    # Each backend's last completed attempt: one backward probe of its (downstream, placed_at)
+    # index each, in one query.
+    last = (
+        Job.objects.filter(
+            downstream_id=OuterRef("pk"), status=Job.Status.COMPLETED, placed_at__lt=as_of
+        )
+        .order_by("-placed_at")
+        .values("placed_at")[:1]
+    )
+    backends = Downstream.objects.filter(pk__in=ids).annotate(last=Subquery(last)).order_by()
+    for backend, last_result in backends.values_list("pk", "last"):
+        out[backend].last_result = last_result
     return out
 
 
