@@ -5,6 +5,7 @@ and the other backends failing on its SHA."""
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import functools
 import operator
@@ -151,9 +152,9 @@ class _Loaded:
     successes: dict[LogicalKey, list[dict[str, Any]]]
     # Cross-commit evidence: failures of the judged tests on this backend in the window, per
     # (downstream id, test id); and the completed runs of the judged jobs in their spans, per
-    # (downstream id, workflow, job), one `_RUN_COLUMNS` tuple each (as read, that key first).
+    # (downstream id, workflow, job).
     test_failures: dict[tuple[int, str], list[dict[str, Any]]]
-    runs: dict[tuple[int, str, str], list[tuple]]  # `_RUN_COLUMNS`
+    runs: dict[tuple[int, str, str], _Runs]
     judged_at: dt.datetime
 
 
@@ -166,10 +167,33 @@ def _tests_of(loaded: _Loaded, job_id: int) -> list[dict[str, Any]]:
 _RUN_COLUMNS = ("downstream_id", "workflow_name", "job_name", "head_sha", "origin", "placed_at",
                 "failed")  # fmt: skip
 # Where a run was placed, and (head SHA, origin, failed) of it.
-_RUN_PLACED = _RUN_COLUMNS.index("placed_at")
+_RUN_PLACED = operator.itemgetter(_RUN_COLUMNS.index("placed_at"))
 _RUN_FACTS = operator.itemgetter(
     *(_RUN_COLUMNS.index(name) for name in ("head_sha", "origin", "failed"))
 )
+
+
+@dataclass
+class _Runs:
+    """One (backend, workflow, job)'s completed runs (`_RUN_COLUMNS` tuples) in the order they
+    were placed: a judged job's window is a slice found by two bisections, not a scan of all
+    its judged jobs' span."""
+
+    times: list[dt.datetime]
+    rows: list[tuple]
+
+    @classmethod
+    def of(cls, rows: list[tuple]) -> _Runs:
+        rows.sort(key=_RUN_PLACED)
+        return cls([_RUN_PLACED(row) for row in rows], rows)
+
+    def between(self, start: dt.datetime, end: dt.datetime) -> list[tuple]:
+        """The runs placed in [start, end)."""
+        return self.rows[
+            bisect.bisect_left(self.times, start) : bisect.bisect_left(self.times, end)
+        ]
+
+
 _ORIGIN = Case(
     When(~Q(pr_number=0), then=Concat(Value("pr#"), Cast("pr_number", CharField()))),
     default=Concat("event_type", Value(":"), "head_sha"),
@@ -184,7 +208,7 @@ _FAILED = Case(
 
 def _cross_commit_rows(
     judged: list[dict[str, Any]], policy: AttributionPolicy, judged_at: dt.datetime
-) -> tuple[dict[tuple[int, str], list[dict]], dict[tuple[int, str, str], list[tuple]]]:
+) -> tuple[dict[tuple[int, str], list[dict]], dict[tuple[int, str, str], _Runs]]:
     """Two reads over the judged jobs' window (before and after, never past `judged_at`): every
     failure of their tests on their backends, and every completed run of their jobs."""
     if not judged:
@@ -232,7 +256,7 @@ def _cross_commit_rows(
         )
         for run in read.values_list(*_RUN_COLUMNS):
             runs[run[:3]].append(run)
-    return failures, runs
+    return failures, {key: _Runs.of(rows) for key, rows in runs.items()}
 
 
 def _load(
@@ -558,13 +582,8 @@ def _cross_commit(row: dict, loaded: _Loaded, policy: AttributionPolicy) -> dict
     in the window and its reproductions on this origin; the job's own runs elsewhere."""
     mine = origin_of(row["pr_number"], row["event_type"], row["head_sha"])
     start, end = _window_of(row, policy)
-    runs = [
-        _RUN_FACTS(run)
-        for run in loaded.runs.get(
-            (row["downstream_id"], row["workflow_name"], row["job_name"]), []
-        )
-        if start <= run[_RUN_PLACED] < end
-    ]
+    job_runs = loaded.runs.get((row["downstream_id"], row["workflow_name"], row["job_name"]))
+    runs = [_RUN_FACTS(run) for run in job_runs.between(start, end)] if job_runs else []
     ran = {origin for _, origin, _ in runs} - {mine}
     job_failed = {origin for _, origin, failed in runs if failed} - {mine}
     # This origin's failed runs but the judged job's own (its head SHA counted once).
