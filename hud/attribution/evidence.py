@@ -16,11 +16,11 @@ from typing import Any
 
 import pandas as pd
 from django.db.models import (
-    BooleanField,
     Case,
     CharField,
     DateTimeField,
     ExpressionWrapper,
+    IntegerField,
     OuterRef,
     Q,
     Subquery,
@@ -44,6 +44,7 @@ from hud.attribution.policy import JUDGED_OUTCOMES, REFERENCE_OUTCOMES, Attribut
 from hud.core import clock
 from hud.models import Downstream, FailedTest, Job, LogicalJob
 from hud.reads import selectors
+from hud.reads.rows import driver_rows
 
 # An attempt row: the stats frame's columns plus what verdicts and their evidence need (read
 # only where the derived rows do not describe the moment judged, `_latest_on`).
@@ -163,11 +164,13 @@ def _tests_of(loaded: _Loaded, job_id: int) -> list[dict[str, Any]]:
 
 
 # A completed run as the cross-commit evidence reads it: its backend, workflow and job (what
-# the runs are grouped by), head SHA, origin (`origin_of`), placement and whether it failed.
+# the runs are grouped by), head SHA, origin (`origin_of`), placement and whether it failed
+# (1 or 0).
 _RUN_COLUMNS = ("downstream_id", "workflow_name", "job_name", "head_sha", "origin", "placed_at",
                 "failed")  # fmt: skip
 # Where a run was placed, and (head SHA, origin, failed) of it.
-_RUN_PLACED = operator.itemgetter(_RUN_COLUMNS.index("placed_at"))
+_PLACED_AT = _RUN_COLUMNS.index("placed_at")
+_RUN_PLACED = operator.itemgetter(_PLACED_AT)
 _RUN_FACTS = operator.itemgetter(
     *(_RUN_COLUMNS.index(name) for name in ("head_sha", "origin", "failed"))
 )
@@ -200,9 +203,9 @@ _ORIGIN = Case(
     output_field=CharField(),
 )
 _FAILED = Case(
-    When(conclusion=Job.Conclusion.FAILURE, then=Value(True)),
-    default=Value(False),
-    output_field=BooleanField(),
+    When(conclusion=Job.Conclusion.FAILURE, then=Value(1)),
+    default=Value(0),
+    output_field=IntegerField(),
 )
 
 
@@ -254,7 +257,8 @@ def _cross_commit_rows(
         read = Job.objects.filter(spans, status=Job.Status.COMPLETED).annotate(
             origin=_ORIGIN, failed=_FAILED
         )
-        for run in read.values_list(*_RUN_COLUMNS):
+        # As the driver gives them (`driver_rows`): there are tens of thousands.
+        for run in driver_rows(read.values_list(*_RUN_COLUMNS), utc=[_PLACED_AT]):
             runs[run[:3]].append(run)
     return failures, {key: _Runs.of(rows) for key, rows in runs.items()}
 
