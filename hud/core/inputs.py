@@ -101,6 +101,12 @@ def _path(parent: str, key: str | int | None) -> str:
     return f"{parent}[{key}]" if isinstance(key, int) else _key_path(parent, key)
 
 
+def _refusal(parent: str, key: str | int | None, what: str) -> PayloadError:
+    """The refusal of the value at `key` of `parent`: "<its path> <what>", naming the path."""
+    path = _path(parent, key)
+    return PayloadError(f"{path or 'body'} {what}", path)
+
+
 def check_json_value(value: Any, root: str = "", *, texts: bool = True) -> None:
     """Refuse, naming the path, a decoded JSON value no column or jsonb could hold as sent.
     Without `texts` the strings and keys are known to pass `text_problem` (`loads` scanned
@@ -111,31 +117,24 @@ def check_json_value(value: Any, root: str = "", *, texts: bool = True) -> None:
         item, parent, key, depth = stack.pop()
         if isinstance(item, str):
             if isinstance(item, _OversizedNumber):
-                path = _path(parent, key)
-                raise PayloadError(
-                    f"{path or 'body'} is a number longer than {MAX_NUMBER_CHARS} characters",
-                    path,
+                raise _refusal(
+                    parent, key, f"is a number longer than {MAX_NUMBER_CHARS} characters"
                 )
             problem = text_problem(item) if texts else None
             if problem:
-                path = _path(parent, key)
-                raise PayloadError(f"{path or 'body'} {problem}", path)
+                raise _refusal(parent, key, problem)
         elif isinstance(item, bool) or item is None:
             continue
         elif isinstance(item, int):
             if not -INT64_MAX <= item <= INT64_MAX:
-                path = _path(parent, key)
-                raise PayloadError(f"{path or 'body'} is outside the 64-bit integer range", path)
+                raise _refusal(parent, key, "is outside the 64-bit integer range")
         elif isinstance(item, float):
             if not math.isfinite(item):
-                path = _path(parent, key)
-                raise PayloadError(f"{path or 'body'} must be a finite number", path)
+                raise _refusal(parent, key, "must be a finite number")
         elif isinstance(item, (dict, list)):
-            path = _path(parent, key)
             if depth >= MAX_DEPTH:
-                raise PayloadError(
-                    f"{path or 'body'} is nested deeper than {MAX_DEPTH} levels", path
-                )
+                raise _refusal(parent, key, f"is nested deeper than {MAX_DEPTH} levels")
+            path = _path(parent, key)
             if isinstance(item, list):
                 stack.extend((child, path, index, depth + 1) for index, child in enumerate(item))
                 continue
