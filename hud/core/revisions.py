@@ -1,12 +1,15 @@
 """Revision tokens per backend, changed by every write that a backend's gate reads.
 
 Two scopes: `results` (a stored attempt, re-run or sweeper close) and `settings` (an exclusion,
-override, level change or the backend's own row). Kept in Django's cache (local memory
-embedded, Redis in production), so every process that writes or reads sees the same tokens. A
-token is random, not a counter: a token evicted from the cache, or a cache cleared, comes back
-as a new value, and nothing computed before can match it. Readers keep what they computed with
-the tokens they read first (`hud.promotion.snapshot`): a write in between changes a token, and
-the result is never served as current.
+override, level change or the backend's own row). Kept in Django's cache (files embedded, Redis
+in production), so every process that writes or reads sees the same tokens. A token is random,
+not a counter: a token evicted from the cache, or a cache cleared, comes back as a new value,
+and nothing computed before can match it. That is also how a write changes it: `bump` forgets
+the token, and the next reader draws a new one. Forgetting costs a writer one unlink or DEL
+(a new token written to a file cost ~0.3 ms, twice per callback); a burst of writes leaves one
+token to draw, by the first reader after it. Readers keep what they computed with the tokens
+they read first (`hud.promotion.snapshot`): a write in between changes a token, and the result
+is never served as current.
 """
 
 from __future__ import annotations
@@ -35,13 +38,13 @@ def bump(downstream_id: int, scope: str = RESULTS) -> None:
         if _deferred is not None:
             _deferred.add((downstream_id, scope))
             return
-    cache.set(_key(downstream_id, scope), secrets.token_hex(8), timeout=None)
+    cache.delete(_key(downstream_id, scope))
 
 
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
     """Bulk loading (`seed_demo`): every backend and scope bumped inside is bumped once, at
-    the end, rather than on each of thousands of writes (0.3 ms each in the file cache).
+    the end, rather than on each of thousands of writes (each an unlink in the file cache).
     What is computed inside may be kept under a token the end replaces, never passed for
     current after it."""
     global _deferred

@@ -273,11 +273,11 @@ def test_a_bulk_load_bumps_each_backend_once_at_its_end(
     what was kept before is not current after it."""
     promotion.current_gate(npu, NOW)
     written = []
-    set_token = revisions.cache.set
+    forget_token = revisions.cache.delete
     monkeypatch.setattr(
         revisions.cache,
-        "set",
-        lambda key, *args, **kw: (written.append(key), set_token(key, *args, **kw)),
+        "delete",
+        lambda key, *args, **kw: (written.append(key), forget_token(key, *args, **kw)),
     )
     with revisions.deferred():
         _fails_an_hour_ago(frozen_clock, npu)
