@@ -150,7 +150,7 @@ def _attempt_frame(
     if not shas:
         return stats.empty_jobs_frame()
     pr_shas = Job.objects.filter(span, pr_number__in=prs).values("head_sha")
-    rows = list(
+    rows = driver_rows(
         Job.objects.filter(span)
         .filter(Q(head_sha__in=shas) | Q(head_sha__in=pr_shas))
         .values_list(*FRAME_COLUMNS)
