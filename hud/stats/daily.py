@@ -51,21 +51,55 @@ def daily_series(
     days = day_index(start, end)
     df = prepare(df)
     classified = df.latest
-    # Tally outcomes by day once rather than filtering per day: O(N), not O(days x N).
-    if classified.empty:
-        tally = pd.DataFrame(index=days)
-    else:
-        tally = pd.crosstab(classified["placed_at"].dt.floor("D"), classified["outcome"])
-    timed = _timed(df)
-    timed = timed.assign(e2e=end_to_end_seconds(timed), day=timed["placed_at"].dt.floor("D"))
-    durations = timed.groupby("day").agg(
-        runs=("id", "size"),
-        mean_execution_seconds=("execution_seconds", "mean"),
-        p50_execution_seconds=("execution_seconds", "median"),
-        mean_end_to_end_seconds=("e2e", "mean"),
-        p50_end_to_end_seconds=("e2e", "median"),
+    # Each row's day as a position in `days` (outside: dropped), counted and reduced with numpy:
+    # a crosstab and a grouped aggregation of a month cost a backend page ~7 ms more.
+    on_day = _day_positions(days, classified["placed_at"])
+    outcomes = classified["outcome"].to_numpy()
+    tally = pd.DataFrame(
+        {
+            outcome: np.bincount(on_day[outcomes == outcome], minlength=len(days) + 1)[1:]
+            for outcome in COUNTED
+        },
+        index=days,
     )
-    return daily_frame(days, tally, durations, min_n=min_n)
+    timed = _timed(df)
+    return daily_frame(days, tally, _durations(days, timed), min_n=min_n)
+
+
+def _day_positions(days: pd.DatetimeIndex, times: pd.Series) -> np.ndarray:
+    """1 + each time's day among `days` (consecutive UTC midnights), 0 for one outside them."""
+    if not len(times):
+        return np.zeros(0, dtype=np.int64)
+    since = times.to_numpy(dtype="datetime64[ns]") - days[0].tz_localize(None).to_datetime64()
+    positions = since // np.timedelta64(1, "D")
+    return np.where((positions >= 0) & (positions < len(days)), positions + 1, 0)
+
+
+def _durations(days: pd.DatetimeIndex, timed: pd.DataFrame) -> pd.DataFrame:
+    """Per day of `days`: runs, and the mean and median execution and end-to-end seconds of the
+    timed attempts placed on it (NaN where none is known)."""
+    on_day = _day_positions(days, timed["placed_at"])
+    execution = timed["execution_seconds"].to_numpy(dtype=float)
+    e2e = end_to_end_seconds(timed).to_numpy(dtype=float)
+    runs = np.bincount(on_day, minlength=len(days) + 1)[1:]
+    figures: dict[str, list[float]] = {
+        name: []
+        for name in (
+            "mean_execution_seconds",
+            "p50_execution_seconds",
+            "mean_end_to_end_seconds",
+            "p50_end_to_end_seconds",
+        )
+    }
+    order = np.argsort(on_day, kind="stable")
+    bounds = np.searchsorted(on_day[order], np.arange(len(days) + 2))
+    for position in range(1, len(days) + 1):
+        rows = order[bounds[position] : bounds[position + 1]]
+        for kind, values in (("execution", execution[rows]), ("end_to_end", e2e[rows])):
+            known = values[~np.isnan(values)]
+            figures[f"mean_{kind}_seconds"].append(known.mean() if len(known) else np.nan)
+            figures[f"p50_{kind}_seconds"].append(np.median(known) if len(known) else np.nan)
+    return pd.DataFrame({"runs": runs, **figures}, index=days)
 
 
 def daily_frame(

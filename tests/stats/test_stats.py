@@ -633,3 +633,64 @@ def test_flaky_jobs_are_what_grouping_the_window_attempts_by_logical_job_gives(d
     ).reset_index()
     got = stats.flaky_jobs(df, START, END).sort_values(stats.LOGICAL_JOB_KEY, kind="mergesort")
     pd.testing.assert_frame_equal(got.reset_index(drop=True), expected, check_exact=True)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(-24 * 60, 4 * 24 * 60),  # minutes from T0: some before and after
+            st.sampled_from(["success", "failure", "cancelled", "skipped", "timed_out"]),
+            st.sampled_from(["completed", "completed", "in_progress"]),
+            st.one_of(st.none(), st.floats(0, 50_000)),  # execution seconds, unknown or not
+            st.one_of(st.none(), st.floats(0, 5_000)),  # queue seconds
+            st.integers(0, 3),  # which logical job
+        ),
+        min_size=8,
+        max_size=40,
+    )
+)
+def test_daily_series_is_each_days_own_figures(attempts):
+    """Each day's row is what the window of that day alone gives: the pass rate and its counts,
+    the timed attempts' runs, means and medians (unknown durations left out)."""
+    df = frame(
+        *(
+            job(
+                minutes=minutes,
+                conclusion=conclusion if status == "completed" else "",
+                status=status,
+                execution_seconds=execution,
+                queue_seconds=queue,
+                head_sha=f"{key:040x}",
+                run_id=100 + index,
+            )
+            for index, (minutes, conclusion, status, execution, queue, key) in enumerate(attempts)
+        )
+    )
+    series = stats.daily_series(df, T0.date(), T0.date() + dt.timedelta(days=3))
+    assert len(series) == 3
+    prepared = stats.prepare(df)
+    for day, row in zip(range(3), series.itertuples(), strict=True):
+        start = T0 + dt.timedelta(days=day)
+        end = start + dt.timedelta(days=1)
+        counts = stats.outcome_counts(prepared, start, end)
+        assert (row.n, row.successes, row.timed_out) == (
+            counts.counted,
+            counts.successes,
+            counts.timed_out,
+        )
+        timed = stats.timed_attempts(prepared, start, end)
+        assert row.runs == len(timed)
+        for values, mean, median in (
+            (timed["execution_seconds"], row.mean_execution_seconds, row.p50_execution_seconds),
+            (
+                stats.end_to_end_seconds(timed),
+                row.mean_end_to_end_seconds,
+                row.p50_end_to_end_seconds,
+            ),
+        ):
+            known = values.dropna()
+            if known.empty:
+                assert math.isnan(mean) and math.isnan(median)
+            else:
+                assert mean == pytest.approx(known.mean(), rel=1e-12)
+                assert median == pytest.approx(known.median(), rel=1e-12)
