@@ -154,7 +154,7 @@ def matrix(
     )
     pinned = sorted((c for c in columns if c[1] in pins), key=lambda c: (pins.index(c[1]), c))
     columns = pinned + [c for c in columns if c not in pinned]
-    jobs = selectors.latest_attempt_rows(shown["id"].astype(int).tolist())
+    jobs = selectors.cell_jobs(shown["id"].astype(int).tolist())
     details = selectors.pr_details(heads["pr_number"].astype(int).tolist())
     by_row: dict[tuple, dict[tuple[str, str], MatrixCell]] = {}
     # The columns a cell needs, zipped: itertuples of the whole frame boxed every column.

@@ -228,6 +228,18 @@ def latest_attempt_rows(ids: list[int]) -> dict[int, Job]:
     return {job.id: job for job in Job.objects.select_related("downstream").filter(id__in=ids)}
 
 
+# What a matrix cell shows of its job (`hud_format.matrix_cell`).
+CELL_FIELDS = ("workflow_name", "job_name", "run_attempt", "workflow_url", "artifact_url")
+
+
+def cell_jobs(ids: list[int]) -> dict[int, Job]:
+    """Job rows by id with the columns a matrix cell shows (any other loads when read): a
+    page's matrices hold a few hundred, and whole rows with their backend cost it ~4 ms."""
+    if not ids:
+        return {}
+    return {job.id: job for job in Job.objects.filter(id__in=ids).only(*CELL_FIELDS)}
+
+
 def job_names(downstream_id: int, start: dt.datetime, end: dt.datetime) -> list[str]:
     """Distinct job names a backend reported in [start, end), for the filter menu."""
     return list(
