@@ -234,7 +234,7 @@ CELL_FIELDS = ("workflow_name", "job_name", "run_attempt", "workflow_url", "arti
 
 def cell_jobs(ids: list[int]) -> dict[int, Job]:
     """Job rows by id with the columns a matrix cell shows (any other loads when read): a
-    page's matrices hold a few hundred, and whole rows with their backend cost it ~4 ms."""
+    page's matrices hold a few hundred, and whole rows with their backend cost it ~3 ms."""
     if not ids:
         return {}
     return {job.id: job for job in Job.objects.filter(id__in=ids).only(*CELL_FIELDS)}

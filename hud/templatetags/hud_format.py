@@ -95,7 +95,8 @@ def matrix_cell(cell: Any, column: int, pinned: int, compact: bool) -> SafeStrin
     """One cell of a results matrix (`_matrix.html`): the latest attempt's status as symbol,
     word and colour, linked to its run, with its attempt count; `column` (from 1) is pinned
     when within the first `pinned`. A tag rather than template nodes: a month of a busy
-    backend is ~540 cells, whose dozen lookups and filters each cost the page ~10 ms."""
+    backend is ~540 cells, and their dozen lookups and filters each, node by node, cost the 1M
+    bench's backend page 2.6 ms more (docs/performance.md)."""
     if not cell:
         return SafeString(_EMPTY_CELL)
     job, key, attempts = cell.job, cell.status, cell.attempts
