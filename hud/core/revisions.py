@@ -67,7 +67,9 @@ def current(downstream_id: int, scope: str = RESULTS) -> str:
     token = cache.get(key)
     if token is None:
         token = secrets.token_hex(8)
-        # Two readers may race here: `add` keeps the first, and both use what it kept.
+        # Two readers may race here. Redis's `add` keeps the first, and both use what it kept;
+        # the file cache's (a look, then a write) may let the second overwrite the first's,
+        # whose results then never match: a miss, never a stale hit.
         cache.add(key, token, timeout=None)
         token = cache.get(key, token)
     return token

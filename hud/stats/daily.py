@@ -71,6 +71,7 @@ def _day_positions(days: pd.DatetimeIndex, times: pd.Series) -> np.ndarray:
     if not len(times):
         return np.zeros(0, dtype=np.int64)
     since = times.to_numpy(dtype="datetime64[ns]") - days[0].tz_localize(None).to_datetime64()
+    since[np.isnat(since)] = np.timedelta64(-1, "D")  # no time (none is stored): no day
     positions = since // np.timedelta64(1, "D")
     return np.where((positions >= 0) & (positions < len(days)), positions + 1, 0)
 
