@@ -132,9 +132,14 @@ def _earlier_rows(span: Q, as_of: dt.datetime) -> list[tuple[int, str, int]]:
         **{column: OuterRef(column) for column in ("downstream_id", *KEY)}, placed_at__gte=as_of
     )
     # Two selects under one UNION: ORed, PostgreSQL hashed every LogicalJob's latest id
-    # (102,200 at 100k jobs, 25 ms) instead of probing the index per span row.
+    # (102,200 at 100k jobs, 25 ms) instead of probing the index per span row. The rows that
+    # are not latest are found by id first: the span's ids alone are in the (downstream,
+    # placed_at, id) index, so PostgreSQL reads them from it, where for whole rows it could
+    # walk `job_time` across every backend's span (at 1M jobs, 25,800 rows for 514: 10.7 ms
+    # against 1.4).
     columns = ("downstream_id", "head_sha", "pr_number")
-    not_latest = Job.objects.filter(span).filter(~Exists(latest)).values_list(*columns)
+    not_latest_ids = Job.objects.filter(span).filter(~Exists(latest)).values("id")
+    not_latest = Job.objects.filter(id__in=not_latest_ids).values_list(*columns)
     with_later = Job.objects.filter(span).filter(Exists(later)).values_list(*columns)
     return list(not_latest.union(with_later))
 
