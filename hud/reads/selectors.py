@@ -222,7 +222,7 @@ def latest_evaluations(downstream_ids: list[int], since: dt.date) -> dict[int, G
 
 
 def latest_attempt_rows(ids: list[int]) -> dict[int, Job]:
-    """Job rows by id (the cells of a matrix), with their backend, in one query."""
+    """Job rows by id (a results page's latest attempts), with their backend, in one query."""
     if not ids:
         return {}
     return {job.id: job for job in Job.objects.select_related("downstream").filter(id__in=ids)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 
 import numpy as np
 import pandas as pd
@@ -83,24 +84,29 @@ def _durations(days: pd.DatetimeIndex, timed: pd.DataFrame) -> pd.DataFrame:
     execution = timed["execution_seconds"].to_numpy(dtype=float)
     e2e = end_to_end_seconds(timed).to_numpy(dtype=float)
     runs = np.bincount(on_day, minlength=len(days) + 1)[1:]
-    figures: dict[str, list[float]] = {
-        name: []
-        for name in (
-            "mean_execution_seconds",
-            "p50_execution_seconds",
-            "mean_end_to_end_seconds",
-            "p50_end_to_end_seconds",
-        )
-    }
     order = np.argsort(on_day, kind="stable")
-    bounds = np.searchsorted(on_day[order], np.arange(len(days) + 2))
-    for position in range(1, len(days) + 1):
-        rows = order[bounds[position] : bounds[position + 1]]
-        for kind, values in (("execution", execution[rows]), ("end_to_end", e2e[rows])):
-            known = values[~np.isnan(values)]
-            figures[f"mean_{kind}_seconds"].append(known.mean() if len(known) else np.nan)
-            figures[f"p50_{kind}_seconds"].append(np.median(known) if len(known) else np.nan)
-    return pd.DataFrame({"runs": runs, **figures}, index=days)
+    bounds = np.searchsorted(on_day[order], np.arange(1, len(days) + 2))
+    rows_of_day = [order[first:last] for first, last in itertools.pairwise(bounds)]
+
+    def means_and_medians(values: np.ndarray) -> tuple[list[float], list[float]]:
+        known = [values[rows][~np.isnan(values[rows])] for rows in rows_of_day]
+        return (
+            [day.mean() if len(day) else np.nan for day in known],
+            [np.median(day) if len(day) else np.nan for day in known],
+        )
+
+    mean_execution, p50_execution = means_and_medians(execution)
+    mean_end_to_end, p50_end_to_end = means_and_medians(e2e)
+    return pd.DataFrame(
+        {
+            "runs": runs,
+            "mean_execution_seconds": mean_execution,
+            "p50_execution_seconds": p50_execution,
+            "mean_end_to_end_seconds": mean_end_to_end,
+            "p50_end_to_end_seconds": p50_end_to_end,
+        },
+        index=days,
+    )
 
 
 def daily_frame(
