@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from hud import stats
@@ -648,6 +648,17 @@ def test_flaky_jobs_are_what_grouping_the_window_attempts_by_logical_job_gives(d
         min_size=8,
         max_size=40,
     )
+)
+# One day whose median and mean differ (200 against 400), an unknown duration, a day left empty,
+# and attempts just outside the three days on either side.
+@example(
+    [(60, "success", "completed", 100.0, 10.0, 0), (120, "failure", "completed", 200.0, None, 1)]
+    + [(180, "success", "completed", 900.0, 5.0, 2), (240, "success", "completed", None, 1.0, 3)]
+    + [(2 * 24 * 60 + 5, "timed_out", "completed", 50.0, 0.0, k) for k in range(4)]
+    + [
+        (3 * 24 * 60, "failure", "completed", 70.0, 0.0, 0),
+        (-1, "success", "completed", 80.0, 0.0, 1),
+    ]
 )
 def test_daily_series_is_each_days_own_figures(attempts):
     """Each day's row is what the window of that day alone gives: the pass rate and its counts,
