@@ -162,8 +162,8 @@ def _signing_key(kid: str) -> jwt.PyJWK:
     """The issuer's key for `kid`: cached JWKS, refreshed when stale or on an unknown kid."""
     current_key, last_good_key, stamp_key = _cache_keys()
     now = clock.now().timestamp()
-    stamp = cache.get(stamp_key)
-    entry = cache.get(current_key)
+    kept = cache.get_many([stamp_key, current_key])  # one round trip to Redis, not two
+    stamp, entry = kept.get(stamp_key), kept.get(current_key)
     fresh = entry is not None and 0 <= now - entry["fetched_at"] < (
         settings.CRCR_JWKS_MAX_AGE_SECONDS
     )
