@@ -1,22 +1,35 @@
 """Template helpers: status badges (symbol + word + colour), percentages, durations, intervals,
 times.
 
-Everything goes through `format_html`, so data is escaped; nothing is marked safe unescaped.
+Everything goes through `_html` (`format_html`'s escaping), so data is escaped; nothing is
+marked safe unescaped.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from html import escape
 from typing import Any
 
 from django import template
-from django.utils.html import format_html
+from django.template.defaultfilters import truncatechars, urlencode
 from django.utils.safestring import SafeString
 
 from hud.core import clock
 from hud.stats import Estimate
 
 register = template.Library()
+
+
+def _html(template: str, *args: Any) -> SafeString:
+    """`django.utils.html.format_html` with the same escaping (an argument's own `__html__`
+    when it has one, else `html.escape` of its text) and without the lazy-string checks
+    Django wraps around each argument, which made it ~4× slower per call. The tags below lay
+    out a page's hundreds of cells and rows, several calls each (docs/performance.md)."""
+    return SafeString(
+        template.format(*(a.__html__() if hasattr(a, "__html__") else escape(str(a)) for a in args))
+    )
+
 
 # (css class, symbol, word, what it means): never colour alone. Every symbol is in DejaVu Sans
 # (Debian's fonts-dejavu-core), so no page needs an emoji or symbol font to show it.
@@ -50,7 +63,7 @@ STATUSES: dict[str, tuple[str, str, str, str]] = {
 def status(key: str, label: str = "") -> SafeString:
     """A badge: colour class, symbol and word (title says what it means)."""
     css, symbol, word, meaning = STATUSES.get(key, ("none", "·", key or "unknown", ""))
-    return format_html(
+    return _html(
         '<span class="status status-{}" title="{}">{} {}</span>',
         css,
         meaning,
@@ -101,7 +114,7 @@ def matrix_cell(cell: Any, column: int, pinned: int, compact: bool) -> SafeStrin
         return SafeString(_EMPTY_CELL)
     job, key, attempts = cell.job, cell.status, cell.attempts
     pin = " pinned" if column <= pinned else ""
-    title = format_html(
+    title = _html(
         "{}/{}: {}, attempt {} ({} attempt{} in all)",
         job.workflow_name,
         job.job_name,
@@ -111,26 +124,163 @@ def matrix_cell(cell: Any, column: int, pinned: int, compact: bool) -> SafeStrin
         "" if attempts == 1 else "s",
     )
     if compact:
-        more = format_html('<sup class="attempts">{}</sup>', attempts) if attempts > 1 else ""
-        return format_html(
+        more = _html('<sup class="attempts">{}</sup>', attempts) if attempts > 1 else ""
+        return _html(
             _COMPACT_CELL, css(key), pin, key, title, job.workflow_url, job.job_name, word(key),
             symbol(key), more,
         )  # fmt: skip
     more = ""
     if attempts > 1:
-        more = format_html(
+        more = _html(
             ' <span class="attempts" title="{} attempts; the latest is shown">×{}</span>',
             attempts,
             attempts,
         )
     artifact = ""
     if job.artifact_url:
-        artifact = format_html(
+        artifact = _html(
             ' <a class="artifact" href="{}" rel="noopener" title="artifact">artifact</a>',
             job.artifact_url,
         )
-    return format_html(
+    return _html(
         _CELL, css(key), pin, key, title, job.workflow_url, symbol(key), word(key), more, artifact
+    )
+
+
+@register.simple_tag
+def verdict_badge(verdict: dict[str, Any]) -> SafeString:
+    """Our verdict on a failing job as symbol, word and colour; its title says what it means."""
+    badge = verdict["badge"]
+    return _html(
+        '<span class="status status-{} verdict" data-verdict="{}" title="{}">{} {}</span>',
+        badge["css"],
+        verdict["verdict"],
+        badge["meaning"],
+        badge["symbol"],
+        badge["word"],
+    )
+
+
+# The whitespace is `results.html`'s, where the row sits.
+_RESULT_ROW = """<tr data-status="{}">
+        <td><span class="muted">{} /</span> {}{}</td>
+        <td><a href="/crcr/commit/{}"><code>{}</code></a><br><span class="muted">{}</span></td>
+        <td>{}{}</td>
+        <td>{}</td>
+        <td class="num">{}</td>
+        <td class="num">{}</td>
+        <td class="num">{}</td>
+        <td class="num">{}</td>
+        <td><a href="{}" rel="noopener">run</a>{}{}
+          {}</td>
+      </tr>"""
+_SWEPT = (
+    ' <span class="muted" title="closed by the sweeper after 6 h without a result">(sweeper)</span>'
+)
+_DELIVERY = (
+    ' · <a href="/crcr/delivery/{}" title="the upstream delivery this job answered, and every'
+    ' backend it was dispatched to">delivery</a>'
+)
+_EARLIER = ' · <a href="{}" rel="noopener" title="attempt {}: {}">attempt {}</a>'
+
+
+@register.simple_tag
+def result_row(row: Any) -> SafeString:
+    """One logical job's row on a PR or commit page (`results.html`): its latest attempt's
+    job, head SHA, status, our verdict, attempts, times, tests and links, earlier attempts
+    last. A tag rather than template nodes: the 1M bench's PR page has ~450 rows of two dozen
+    lookups and filters each (docs/performance.md)."""
+    job = row.job
+    event = ""
+    if job.event_type != "pull_request":
+        event = _html(' <span class="muted">({})</span>', job.event_type)
+    verdict = row.verdict or {}
+    badge = (
+        verdict_badge(verdict)
+        if verdict.get("verdict")
+        else SafeString('<span class="muted">—</span>')
+    )
+    placed = ""
+    if job.placed_at is not None:
+        placed = job.placed_at.astimezone(dt.UTC).strftime(TIME_FORMATS["short"])
+    tests = "—"
+    if job.tests_total is not None:
+        failed = 0 if job.tests_failed is None else job.tests_failed
+        tests = _html("{} / {}", failed, job.tests_total)
+    delivery = _html(_DELIVERY, urlencode(job.delivery_id, "")) if job.verified else ""
+    artifact = ""
+    if job.artifact_url:
+        artifact = _html(' · <a href="{}" rel="noopener">artifact</a>', job.artifact_url)
+    earlier = SafeString(
+        "".join(
+            _html(_EARLIER, e.workflow_url, e.run_attempt, e.conclusion or e.status, e.run_attempt)
+            for e in row.earlier
+        )
+    )
+    return _html(
+        _RESULT_ROW,
+        row.status,
+        job.workflow_name,
+        job.job_name,
+        event,
+        job.head_sha,
+        short_sha(job.head_sha),
+        placed,
+        status(row.status),
+        SafeString(_SWEPT) if job.closed_by_sweeper else "",
+        badge,
+        row.attempts,
+        duration(job.queue_seconds),
+        duration(job.execution_seconds),
+        tests,
+        job.workflow_url,
+        delivery,
+        artifact,
+        earlier,
+    )
+
+
+# The whitespace is `_check_runs.html`'s, where the row sits.
+_CHECK_RUN_ROW = """<tr data-sync="{}">
+      <td><code>{}</code>{}</td>
+      <td><span class="level">L{}</span></td>
+      <td><a href="/crcr/commit/{}"><code>{}</code></a></td>
+      <td>{}</td>
+      <td><span class="status status-{}" title="{}">{} {}</span>{}</td>
+      <td class="muted">{}</td>
+    </tr>"""
+
+
+@register.simple_tag
+def check_run_row(run: dict[str, Any]) -> SafeString:
+    """One attempt's check run on the PR page (`_check_runs.html`): its name, level, head SHA,
+    the job's status, how far the check run got on GitHub and why. A tag for the reason
+    `result_row` is one: a PR has a row per attempt of every backend's jobs."""
+    attempt = run["run_attempt"]
+    more = _html(' <span class="muted">attempt {}</span>', attempt) if attempt > 1 else ""
+    if run["status"] == "completed":
+        job_status = status(run["conclusion"] or "neutral")
+    else:
+        job_status = status("in_progress")
+    badge = run["badge"]
+    view = ""
+    if run["html_url"]:
+        view = _html(' <a href="{}" rel="noopener">view</a>', run["html_url"])
+    return _html(
+        _CHECK_RUN_ROW,
+        run["sync"],
+        run["name"],
+        more,
+        run["level"],
+        run["head_sha"],
+        short_sha(run["head_sha"]),
+        job_status,
+        badge["css"],
+        badge["meaning"],
+        badge["symbol"],
+        badge["word"],
+        view,
+        truncatechars(run["why"], 200) or "—",
     )
 
 
@@ -236,7 +386,7 @@ def when(value: str | dt.datetime | None, style: str = "long") -> SafeString | s
     if moment is None:
         return "—"
     moment = moment.astimezone(dt.UTC)
-    return format_html(
+    return _html(
         '<time datetime="{}" title="{}">{}</time>',
         moment.isoformat().replace("+00:00", "Z"),
         moment.strftime(TIME_FORMATS["long"]),

@@ -1,0 +1,129 @@
+"""A PR or commit page's job row (`hud_format.result_row`), a PR's check-run row
+(`hud_format.check_run_row`) and our verdict's badge (`hud_format.verdict_badge`): what each
+shows, and every reported string escaped (names, URLs, delivery ids and check-run errors
+come from downstream callbacks and from GitHub)."""
+
+import datetime as dt
+from types import SimpleNamespace
+
+from hud.pages.common import badge_dict
+from hud.templatetags.hud_format import check_run_row, result_row, verdict_badge
+
+HOSTILE_JOB = {
+    "workflow_name": 'crcr"><b>',
+    "job_name": "<script>alert(1)</script>",
+    "event_type": "pull_request",
+    "head_sha": "a" * 40,
+    "placed_at": dt.datetime(2026, 11, 30, 17, 32, tzinfo=dt.UTC),
+    "closed_by_sweeper": False,
+    "queue_seconds": 45.0,
+    "execution_seconds": 6000.0,
+    "tests_total": 120,
+    "tests_failed": 3,
+    "workflow_url": 'https://github.com/org/repo/actions/runs/1?a=1&b="2"',
+    "verified": True,
+    "delivery_id": "d/1 <x>",
+    "artifact_url": "https://example.com/a?x=<y>",
+}
+EARLIER = SimpleNamespace(
+    workflow_url="https://github.com/org/repo/actions/runs/1/attempts/1?<e>",
+    run_attempt=1,
+    conclusion="",
+    status="in_progress",
+)
+
+
+def _row(verdict=None, earlier=(), **job) -> SimpleNamespace:
+    return SimpleNamespace(
+        job=SimpleNamespace(**{**HOSTILE_JOB, **job}),
+        status="failure",
+        attempts=2,
+        verdict=verdict,
+        earlier=list(earlier),
+    )
+
+
+def test_a_job_row_escapes_every_reported_string():
+    html = result_row(_row(earlier=[EARLIER]))
+    assert "<script>" not in html and "<b>" not in html and "<y>" not in html
+    assert "<e>" not in html and "<x>" not in html and '"2"' not in html
+    assert '<span class="muted">crcr&quot;&gt;&lt;b&gt; /</span> &lt;script&gt;' in html
+    assert 'href="https://github.com/org/repo/actions/runs/1?a=1&amp;b=&quot;2&quot;"' in html
+    assert 'href="/crcr/delivery/d%2F1%20%3Cx%3E"' in html  # a path segment, fully quoted
+    assert ' · <a href="https://example.com/a?x=&lt;y&gt;" rel="noopener">artifact</a>' in html
+    # An earlier attempt with no conclusion yet is named by its status.
+    assert (
+        '<a href="https://github.com/org/repo/actions/runs/1/attempts/1?&lt;e&gt;" rel="noopener"'
+        ' title="attempt 1: in_progress">attempt 1</a>' in html
+    )
+
+
+def test_a_job_row_shows_status_times_tests_and_our_verdict():
+    verdict = {"verdict": "new_failure", "badge": badge_dict("new_failure")}
+    html = result_row(_row(verdict=verdict, event_type="push", closed_by_sweeper=True))
+    assert html.startswith('<tr data-status="failure">') and html.endswith("</tr>")
+    assert ' <span class="muted">(push)</span></td>' in html
+    assert '<code>aaaaaaaaaa</code></a><br><span class="muted">11-30 17:32</span>' in html
+    assert '<span class="status status-failure" title="the latest attempt failed">✗ failure' in html
+    assert "(sweeper)</span></td>" in html
+    assert 'data-verdict="new_failure"' in html
+    cells = ['<td class="num">2</td>', '<td class="num">45 s</td>', '<td class="num">1 h 40 min']
+    assert all(cell in html for cell in cells) and '<td class="num">3 / 120</td>' in html
+
+
+def test_a_job_row_without_tests_verdict_delivery_or_artifact_says_so():
+    row = _row(tests_total=None, verified=False, artifact_url="", placed_at=None)
+    html = result_row(row)
+    assert '<td class="num">—</td>' in html and '<span class="muted">—</span>' in html
+    assert "delivery" not in html and "artifact" not in html and "(pull_request)" not in html
+    assert '<br><span class="muted"></span>' in html  # no time known
+    no_failed_count = result_row(_row(tests_failed=None))
+    assert '<td class="num">0 / 120</td>' in no_failed_count
+
+
+def _run(**fields) -> dict:
+    run = {
+        "sync": "failed",
+        "name": "crcr/org/<repo>/build",
+        "run_attempt": 1,
+        "level": 4,
+        "head_sha": "b" * 40,
+        "status": "completed",
+        "conclusion": None,
+        "badge": {"css": "failure", "meaning": "<m>", "symbol": "✗", "word": "failed"},
+        "html_url": "",
+        "why": "GitHub said <no>: " + "x" * 300,
+    }
+    return {**run, **fields}
+
+
+def test_a_check_run_row_escapes_names_urls_and_errors_and_cuts_long_errors():
+    html = check_run_row(_run(html_url="https://github.com/c?<u>", run_attempt=3))
+    assert "<repo>" not in html and "<m>" not in html and "<u>" not in html and "<no>" not in html
+    assert "<code>crcr/org/&lt;repo&gt;/build</code>" in html
+    assert ' <span class="muted">attempt 3</span></td>' in html
+    assert ' <a href="https://github.com/c?&lt;u&gt;" rel="noopener">view</a>' in html
+    why = html.split('<td class="muted">')[1].split("</td>")[0]
+    assert why.startswith("GitHub said &lt;no&gt;: ") and why.endswith("…")
+    assert len(why) < 230  # 200 characters, escaped
+
+
+def test_a_check_run_row_shows_the_jobs_status_and_where_the_run_got():
+    completed = check_run_row(_run(why=""))
+    assert "neutral" in completed and "attempt" not in completed and "view" not in completed
+    assert '<td class="muted">—</td>' in completed
+    assert '<span class="level">L4</span>' in completed
+    assert '<span class="status status-failure" title="&lt;m&gt;">✗ failed</span>' in completed
+    running = check_run_row(_run(status="in_progress", conclusion="failure"))
+    assert "◔ in progress" in running and "✗ failure" not in running
+
+
+def test_our_verdict_badge_is_symbol_word_and_colour_with_its_meaning():
+    html = verdict_badge({"verdict": "infra", "badge": badge_dict("infra")})
+    css, symbol, word, meaning = (
+        badge_dict("infra")[k] for k in ("css", "symbol", "word", "meaning")
+    )
+    assert html == (
+        f'<span class="status status-{css} verdict" data-verdict="infra" title="{meaning}">'
+        f"{symbol} {word}</span>"
+    )
