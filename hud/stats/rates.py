@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+from collections import defaultdict
 
 import numpy as np
 import pandas as pd
@@ -206,10 +207,14 @@ def flip_series_of_latest(
         & classified["outcome"].isin([SUCCESS, FAILURE, TIMED_OUT])
         & _in_window(classified["placed_at"], start, end)
     ].sort_values(["placed_at", "id"], kind="mergesort")
-    records = []
-    for key, series in points.groupby(["downstream", "workflow_name", "job_name"], sort=True):
-        flips, eligible = _flip_counts((series["outcome"] == SUCCESS).tolist())
-        records.append((*key, len(series), flips, eligible))
+    # Each series in time order, gathered from plain lists: a groupby's loop built a frame per
+    # series, ~0.3 ms each (docs/performance.md).
+    series: dict[tuple[str, str, str], list[bool]] = defaultdict(list)
+    columns = [points[c].tolist() for c in ("downstream", "workflow_name", "job_name")]
+    passes = (points["outcome"] == SUCCESS).tolist()
+    for *key, passed in zip(*columns, passes, strict=True):
+        series[tuple(key)].append(passed)
+    records = [(*key, len(kept), *_flip_counts(kept)) for key, kept in sorted(series.items())]
     return pd.DataFrame(
         records,
         columns=["downstream", "workflow_name", "job_name", "points", "flips", "eligible"],
