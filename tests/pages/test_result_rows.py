@@ -4,7 +4,12 @@ shows, and every reported string escaped (names, URLs, delivery ids and check-ru
 come from downstream callbacks and from GitHub)."""
 
 import datetime as dt
+from html.parser import HTMLParser
 from types import SimpleNamespace
+from urllib.parse import quote
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from hud.pages.common import badge_dict
 from hud.templatetags.hud_format import check_run_row, result_row, verdict_badge
@@ -127,3 +132,58 @@ def test_our_verdict_badge_is_symbol_word_and_colour_with_its_meaning():
         f'<span class="status status-{css} verdict" data-verdict="infra" title="{meaning}">'
         f"{symbol} {word}</span>"
     )
+
+
+class _Markup(HTMLParser):
+    """The tags, attributes and text of a fragment, as a browser's parser reads them."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text = ""
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data):
+        self.text += data
+
+
+def _parsed(html: str) -> _Markup:
+    markup = _Markup()
+    markup.feed(html)
+    markup.close()
+    return markup
+
+
+# Markup's own characters, often, so that tags and attribute breaks are tried, not only
+# whatever unicode comes up.
+_REPORTED = st.one_of(st.text(), st.text(alphabet="<>\"'&/= ab!-"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=_REPORTED, url=_REPORTED)
+@example(text="<b>x</b>\"'&amp;", url='x" onclick="alert(1)"><img src=y>')
+def test_no_reported_string_opens_a_tag_or_leaves_its_attribute(text, url):
+    """Whatever a callback reports as names, ids and URLs, a row has the same elements and
+    every value reads back as sent: it can neither add markup nor leave its attribute."""
+    earlier = SimpleNamespace(workflow_url=url, run_attempt=1, conclusion=text, status="")
+    row = _row(earlier=[earlier], workflow_name=text, job_name=text, event_type=text + "x",
+               delivery_id=text, workflow_url=url, artifact_url=url + "a")  # fmt: skip
+    markup = _parsed(result_row(row))
+    assert [tag for tag, _ in markup.tags] == [
+        "tr", "td", "span", "span", "td", "a", "code", "br", "span", "td", "span", "td",
+        "span", "td", "td", "td", "td", "td", "a", "a", "a", "a",
+    ]  # fmt: skip
+    hrefs = [attrs["href"] for tag, attrs in markup.tags if tag == "a"]
+    assert hrefs == [f"/crcr/commit/{'a' * 40}", url, f"/crcr/delivery/{quote(text, safe='')}",
+                     url + "a", url]  # fmt: skip
+    assert markup.tags[-1][1]["title"] == f"attempt 1: {text}"
+    assert f"{text} / {text} ({text}x)" in markup.text
+    run = _parsed(check_run_row(_run(name=text, html_url=url + "u", why=text[:200])))
+    assert [tag for tag, _ in run.tags] == [
+        "tr", "td", "code", "td", "span", "td", "a", "code", "td", "span", "td", "span", "a",
+        "td",
+    ]  # fmt: skip
+    assert run.tags[-2][1]["href"] == url + "u"
+    assert text in run.text
