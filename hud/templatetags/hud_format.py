@@ -188,8 +188,8 @@ _EARLIER = ' · <a href="{}" rel="noopener" title="attempt {}: {}">attempt {}</a
 def result_row(row: Any) -> SafeString:
     """One logical job's row on a PR or commit page (`results.html`): its latest attempt's
     job, head SHA, status, our verdict, attempts, times, tests and links, earlier attempts
-    last. A tag rather than template nodes: the 1M bench's PR page has ~450 rows of two dozen
-    lookups and filters each (docs/performance.md)."""
+    last. A tag rather than template nodes: the 1M bench's PR page has ~200 such rows (and
+    ~200 check-run rows), of two dozen lookups and filters each (docs/performance.md)."""
     job = row.job
     event = ""
     if job.event_type != "pull_request":
