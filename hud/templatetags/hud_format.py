@@ -59,17 +59,15 @@ STATUSES: dict[str, tuple[str, str, str, str]] = {
 }
 
 
+# A badge: colour class, what it means on hover, symbol and word.
+_BADGE = '<span class="status status-{}" title="{}">{} {}</span>'
+
+
 @register.simple_tag
 def status(key: str, label: str = "") -> SafeString:
     """A badge: colour class, symbol and word (title says what it means)."""
     css, symbol, word, meaning = STATUSES.get(key, ("none", "·", key or "unknown", ""))
-    return _html(
-        '<span class="status status-{}" title="{}">{} {}</span>',
-        css,
-        meaning,
-        symbol,
-        label or word,
-    )
+    return _html(_BADGE, css, meaning, symbol, label or word)
 
 
 @register.filter
@@ -246,7 +244,7 @@ _CHECK_RUN_ROW = """<tr data-sync="{}">
       <td><span class="level">L{}</span></td>
       <td><a href="/crcr/commit/{}"><code>{}</code></a></td>
       <td>{}</td>
-      <td><span class="status status-{}" title="{}">{} {}</span>{}</td>
+      <td>{}{}</td>
       <td class="muted">{}</td>
     </tr>"""
 
@@ -263,6 +261,7 @@ def check_run_row(run: dict[str, Any]) -> SafeString:
     else:
         job_status = status("in_progress")
     badge = run["badge"]
+    sync = _html(_BADGE, badge["css"], badge["meaning"], badge["symbol"], badge["word"])
     view = ""
     if run["html_url"]:
         view = _html(' <a href="{}" rel="noopener">view</a>', run["html_url"])
@@ -275,10 +274,7 @@ def check_run_row(run: dict[str, Any]) -> SafeString:
         run["head_sha"],
         short_sha(run["head_sha"]),
         job_status,
-        badge["css"],
-        badge["meaning"],
-        badge["symbol"],
-        badge["word"],
+        sync,
         view,
         truncatechars(run["why"], 200) or "—",
     )
