@@ -9,6 +9,9 @@ import os
 from typing import Any
 
 from celery import Celery
+from celery.apps.beat import Beat
+from celery.beat import Service
+from celery.platforms import signals
 from celery.signals import (
     setup_logging,
     task_postrun,
@@ -17,6 +20,7 @@ from celery.signals import (
     worker_ready,
     worker_shutting_down,
 )
+from kombu.utils.objects import cached_property
 
 from config.logging_context import request_id_var, task_request_id
 from hud.core import leases
@@ -25,7 +29,39 @@ from hud.core.process import freeze_startup_objects
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 logger = logging.getLogger(__name__)
 
-app = Celery("crcr_hud")
+
+class StopCleanlyBeat(Beat):
+    """`celery beat` that survives a SIGTERM landing while it builds its scheduler.
+
+    Celery's handler saves the schedule (`service.sync()`) and exits. Right after "beat:
+    Starting..." the scheduler is still being built (importing modules, opening the schedule
+    file), and saving builds it a second time, inside the first: circular imports, a shelve
+    opened twice, the schedule file removed as "corrupted" and a plain-text traceback on stderr
+    (systemd stopping beat just after a start does that). Until the scheduler exists, the
+    handler asks the service to stop instead: it finishes building, never ticks, and saves on
+    its way out as usual.
+    """
+
+    def install_sync_handler(self, service: Service) -> None:
+        def _sync(signum: int, frame: Any) -> None:
+            if "scheduler" not in vars(service):  # kombu's cached_property, not built yet
+                service.stop()
+                return
+            service.sync()
+            raise SystemExit()
+
+        signals.update(SIGTERM=_sync, SIGINT=_sync)
+
+
+class HudCelery(Celery):
+    """Celery whose `celery beat` runs `StopCleanlyBeat` (`Beat` is the name Celery reads)."""
+
+    @cached_property
+    def Beat(self) -> type[Beat]:
+        return self.subclass_with_self(StopCleanlyBeat)
+
+
+app = HudCelery("crcr_hud")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 

@@ -7,6 +7,7 @@ import os
 import re
 import runpy
 import secrets
+import shelve
 import shutil
 import signal
 import socket
@@ -367,6 +368,33 @@ def test_celery_worker_and_beat_write_only_json_lines(tmp_path):
     beat_lines = [json.loads(line) for line in beat]
     assert {line["logger"] for line in beat_lines} == {"celery.beat"}, beat_lines
     assert beat_lines[0]["message"] == "beat: Starting...", beat_lines
+
+
+def test_beat_stopped_while_building_its_scheduler_exits_cleanly(tmp_path):
+    """SIGTERM just after "beat: Starting...": no traceback, the schedule file kept (Celery's
+    own handler built the scheduler twice, one inside the other, and removed the file)."""
+    env = {
+        "PATH": os.environ["PATH"],
+        **production_env(CELERY_BROKER_URL="memory://", DATABASE_URL=f"sqlite:///{tmp_path}/db"),
+        "CACHE_DIR": str(tmp_path / "cache"),
+    }
+    schedule = tmp_path / "beat-schedule"
+    command = [CELERY, "--quiet", "-A", "config", "beat", "--loglevel=INFO"]
+    scheduler = "--scheduler=tests.ops.term_scheduler:TermWhileBuilt"
+    result = subprocess.run(
+        [*command, scheduler, f"--schedule={schedule}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in (result.stdout + result.stderr).splitlines()]
+    assert [line["message"] for line in lines] == ["beat: Starting...", "beat: Shutting down..."]
+    assert {line["level"] for line in lines} == {"INFO"}
+    with shelve.open(str(schedule), flag="r") as saved:  # saved on the way out, not removed
+        assert "crcr.daily_evaluation" in saved["entries"]
 
 
 # The one way to start each process; units, compose and the docs may only add options.
