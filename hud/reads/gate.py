@@ -28,7 +28,7 @@ from django.db.models import Exists, OuterRef, Q
 from hud import stats
 from hud.models import Downstream, GateExclusion, Job, LogicalJob
 from hud.reads.rows import driver_rows
-from hud.reads.selectors import FRAME_COLUMNS, FRAME_MARGIN
+from hud.reads.selectors import FRAME_COLUMNS, FRAME_MARGIN, FRAME_NAMES
 
 # A logical job within one backend.
 KEY = ["event_type", "head_sha", "workflow_name", "job_name"]
@@ -82,8 +82,8 @@ def gate_jobs_of(
         span = _span([downstream.id], since, as_of)
         # The layer's own `placed_at` (its latest attempt's) selects through its (downstream,
         # placed_at) index; the joined attempt's would scan every logical job of the backend.
-        layer = _layer_frame(LogicalJob.objects.filter(span))
-        out[downstream.id] = _jobs_of(downstream, exclusions, span, layer, earlier[downstream.id])
+        layer = _layer_frame(LogicalJob.objects.filter(span), downstream)
+        out[downstream.id] = _jobs_of(exclusions, span, layer, earlier[downstream.id])
     return out
 
 
@@ -92,7 +92,6 @@ def _span(ids: Sequence[int], since: dt.datetime, as_of: dt.datetime) -> Q:
 
 
 def _jobs_of(
-    downstream: Downstream,
     exclusions: Sequence[GateExclusion],
     span: Q,
     layer: pd.DataFrame,
@@ -105,19 +104,18 @@ def _jobs_of(
     attempts = _attempt_frame(span, earlier, superseded)
     attempts = attempts[~_has_key(attempts, excluded)]
     single = layer[~_has_key(layer, excluded | _keys(attempts))]
-    single = single.assign(downstream=downstream.full_name)
     parts = [stats.prepare_single_rows(single, single["outcome"])]
     if not attempts.empty:
         parts.append(stats.prepare(attempts))
     return GateJobs(stats.combine_prepared(parts), attempts, taken)
 
 
-def _layer_frame(queryset) -> pd.DataFrame:
-    # As the driver gives them: `stats.coerce_jobs_frame` types the columns (SQLite's naive
-    # times are the UTC Django stores), so Django's per-value converters would be paid twice.
+def _layer_frame(queryset, downstream: Downstream) -> pd.DataFrame:
+    # As the driver gives them: `stats.rows_frame` types the columns (SQLite's naive times are
+    # the UTC Django stores), so Django's per-value converters would be paid twice.
     rows = driver_rows(queryset.values_list(*_LAYER_COLUMNS))
     columns = [column.removeprefix("latest_job__") for column in _LAYER_COLUMNS]
-    return pd.DataFrame.from_records(rows, columns=columns)
+    return stats.rows_frame(rows, columns, downstream=downstream.full_name)
 
 
 def _earlier_rows(span: Q, as_of: dt.datetime) -> list[tuple[int, str, int]]:
@@ -160,10 +158,7 @@ def _attempt_frame(
         .filter(Q(head_sha__in=shas) | Q(head_sha__in=pr_shas))
         .values_list(*FRAME_COLUMNS)
     )
-    if not rows:
-        return stats.empty_jobs_frame()
-    frame = pd.DataFrame.from_records(rows, columns=FRAME_COLUMNS)
-    return stats.coerce_jobs_frame(frame.rename(columns={"downstream__full_name": "downstream"}))
+    return stats.rows_frame(rows, FRAME_NAMES)
 
 
 def _key_tuples(frame: pd.DataFrame) -> Iterable[tuple]:

@@ -49,7 +49,7 @@ from hud import gates, stats
 from hud.models import DailyRollup, Downstream, Job, LogicalJob
 from hud.reads.rollups import OUTCOME_COLUMNS
 from hud.reads.rows import driver_rows
-from hud.reads.selectors import FRAME_COLUMNS
+from hud.reads.selectors import FRAME_COLUMNS, FRAME_NAMES
 
 # Shares of logical jobs, shares of attempts, and figures of timed attempts' durations.
 _JOB_SHARES = {"job_pass_rate": stats.SUCCESS, "timeout_rate": stats.TIMED_OUT}
@@ -530,8 +530,7 @@ def _as_of_jobs(ids: Sequence[int], shas: set[str], as_of: dt.datetime) -> list[
     )
     if not rows:
         return []
-    frame = pd.DataFrame.from_records(rows, columns=["id", "downstream", *FRAME_COLUMNS[2:]])
-    prepared = stats.prepare(stats.coerce_jobs_frame(frame))
+    prepared = stats.prepare(stats.rows_frame(rows, FRAME_NAMES))
     key = stats.LOGICAL_JOB_KEY
     first = prepared.first.set_index(key)["outcome"].rename("first_outcome")
     flakes = stats.flaky_jobs(prepared, pd.Timestamp.min.tz_localize("UTC"), as_of)

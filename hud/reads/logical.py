@@ -47,13 +47,9 @@ def latest_frame(rows: QuerySet[LogicalJob]) -> pd.DataFrame:
     columns = [*_COLUMNS, *_EXTRAS]
     order = ["downstream__full_name", *stats.LOGICAL_JOB_KEY[1:]]
     records = list(rows.order_by(*order).values_list(*(path for _, path in columns)))
-    frame = pd.DataFrame.from_records(records, columns=[name for name, _ in columns])
-    latest = stats.coerce_jobs_frame(frame)
-    return latest.assign(
-        attempts=frame["attempts"].astype("int64"),
-        outcome=frame["outcome"].astype(object),
-        row_status=frame["row_status"].astype(object),
-        downstream_id=frame["downstream_id"].astype("int64"),
+    frame = stats.rows_frame(records, [name for name, _ in columns])
+    return frame.astype(
+        {"attempts": "int64", "outcome": object, "row_status": object, "downstream_id": "int64"}
     )
 
 

@@ -23,6 +23,7 @@ from hud.models import (
     LogicalJob,
     PromotionRequest,
 )
+from hud.reads.rows import driver_rows
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,8 @@ FRAME_COLUMNS = [
     "closed_by_sweeper",
     "ref",
 ]
+# Their names in a jobs frame (hud.stats).
+FRAME_NAMES = ["id", "downstream", *FRAME_COLUMNS[2:]]
 
 
 def jobs_frame(
@@ -173,13 +176,7 @@ def jobs_frame(
     queryset = Job.objects.filter(placed_at__gte=start - FRAME_MARGIN, placed_at__lt=end)
     if downstream_ids is not None:
         queryset = queryset.filter(downstream_id__in=downstream_ids)
-    rows = list(queryset.values_list(*FRAME_COLUMNS))
-    if not rows:
-        return stats.empty_jobs_frame()
-    frame = pd.DataFrame.from_records(rows, columns=FRAME_COLUMNS).rename(
-        columns={"downstream__full_name": "downstream"}
-    )
-    return stats.coerce_jobs_frame(frame)
+    return stats.rows_frame(driver_rows(queryset.values_list(*FRAME_COLUMNS)), FRAME_NAMES)
 
 
 # --------------------------------------------------------------------------- page reads

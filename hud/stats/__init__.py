@@ -51,6 +51,7 @@ from hud.stats.frames import (
     latest_attempts,
     prepare,
     prepare_single_rows,
+    rows_frame,
 )
 from hud.stats.health import (
     DEFAULT_STUCK_AFTER,
@@ -200,6 +201,7 @@ __all__ = [
     "prepare_single_rows",
     "proportion",
     "rerun_rate",
+    "rows_frame",
     "stuck_jobs",
     "student_t_975",
     "timed_attempts",

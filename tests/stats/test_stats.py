@@ -65,6 +65,51 @@ def test_jobs_frame_rejects_missing_required_columns():
         stats.jobs_frame([{"id": 1, "downstream": "o/r"}])
 
 
+# A database row of the frame's columns as SQLite's and PostgreSQL's drivers give it: naive
+# (SQLite) or aware times, booleans as 0/1 or bool, None wherever the column is nullable.
+_TIMES = st.datetimes(dt.datetime(2020, 1, 1), dt.datetime(2030, 1, 1))
+_TEXT = st.text(max_size=8)
+_DRIVER_VALUES = {
+    "id": st.integers(1, 2**40),
+    "event_type": st.sampled_from(["pull_request", "push", "nightly"]),
+    "pr_number": st.integers(0, 10**6),
+    "head_sha": _TEXT,
+    "workflow_name": _TEXT,
+    "job_name": _TEXT,
+    "run_id": st.integers(0, 2**50),
+    "run_attempt": st.integers(1, 5),
+    "status": st.sampled_from(["queued", "in_progress", "completed"]),
+    "conclusion": st.none() | st.sampled_from(["", "success", "failure"]),
+    "placed_at": _TIMES | _TIMES.map(lambda t: t.replace(tzinfo=dt.UTC)),
+    "in_progress_received_at": st.none() | _TIMES,
+    "queue_seconds": st.none() | st.floats(0, 1e6),
+    "execution_seconds": st.none() | st.floats(0, 1e6),
+    "closed_by_sweeper": st.sampled_from([0, 1, False, True]),
+    "ref": st.none() | _TEXT,
+    "outcome": st.sampled_from(["success", "superseded"]),
+}
+_DRIVER_COLUMNS = [c for c in _DRIVER_VALUES if c != "downstream"]
+
+
+@given(st.lists(st.fixed_dictionaries(_DRIVER_VALUES), max_size=6))
+@example([])
+def test_rows_frame_types_driver_rows_as_coerce_jobs_frame_does(records):
+    """The reads build jobs frames of driver rows with `rows_frame`; typed as a frame of the
+    same rows through `coerce_jobs_frame`, with the extra column kept after the contract's."""
+    rows = [tuple(record[c] for c in _DRIVER_COLUMNS) for record in records]
+    built = stats.rows_frame(rows, _DRIVER_COLUMNS, downstream="o/r")
+    raw = pd.DataFrame.from_records(rows, columns=_DRIVER_COLUMNS).assign(downstream="o/r")
+    expected = stats.coerce_jobs_frame(raw) if rows else stats.empty_jobs_frame()
+    pd.testing.assert_frame_equal(built[list(stats.JOB_COLUMNS)], expected)
+    assert list(built.columns) == [*stats.JOB_COLUMNS, "outcome"]
+    assert built["outcome"].tolist() == [record["outcome"] for record in records]
+
+
+def test_rows_frame_rejects_missing_required_columns():
+    with pytest.raises(ValueError, match="placed_at"):
+        stats.rows_frame([(1, "o/r")], ["id", "downstream"])
+
+
 # --------------------------------------------------------------------------- Wilson
 
 
