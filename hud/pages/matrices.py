@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,27 +135,22 @@ def matrix(
         cells = cells[cells["pr_number"] == filters.pr]
     if filters.conclusion:
         cells = cells[cells["display"] == filters.conclusion]
-    row_key = ["event_type", "pr_number", "head_sha"]
     if cells.empty:
         return Matrix([], [], 1, 1, 0)
-    heads = (
-        cells.groupby(row_key, sort=False)["placed_at"]
-        .max()
-        .reset_index()
-        .sort_values(["placed_at", "head_sha"], ascending=[False, True], kind="mergesort")
-    )
+    heads = _newest_first(cells)
     total = len(heads)
     pages = max(1, math.ceil(total / page_size))
     page = min(max(page, 1), pages)
-    heads = heads.iloc[(page - 1) * page_size : page * page_size]
-    shown = cells.merge(heads[row_key], on=row_key)
+    heads = heads[(page - 1) * page_size : page * page_size]
+    on_page = {key for key, _ in heads}
+    shown = cells[[key in on_page for key in _row_keys(cells)]]
     columns = sorted(
         set(zip(shown["workflow_name"], shown["job_name"], strict=True)), key=column_order
     )
     pinned = sorted((c for c in columns if c[1] in pins), key=lambda c: (pins.index(c[1]), c))
     columns = pinned + [c for c in columns if c not in pinned]
     jobs = selectors.cell_jobs(shown["id"].astype(int).tolist())
-    details = selectors.pr_details(heads["pr_number"].astype(int).tolist())
+    details = selectors.pr_details([pr for (_, pr, _), _ in heads])
     by_row: dict[tuple, dict[tuple[str, str], MatrixCell]] = {}
     # The columns a cell needs, zipped: itertuples of the whole frame boxed every column.
     fields = ("event_type", "pr_number", "head_sha", "workflow_name", "job_name", "id")
@@ -165,21 +160,40 @@ def matrix(
         cell = MatrixCell(jobs[job_id], display, attempts)
         by_row.setdefault((event, pr, sha), {})[(workflow, job)] = cell
     rows = []
-    for head in heads.itertuples(index=False):
-        key = (head.event_type, int(head.pr_number), head.head_sha)
-        row_cells = by_row.get(key, {})
+    for (event, pr, sha), placed_at in heads:
+        row_cells = by_row.get((event, pr, sha), {})
         rows.append(
             MatrixRow(
-                event_type=head.event_type,
-                pr_number=int(head.pr_number),
-                head_sha=head.head_sha,
-                placed_at=head.placed_at.to_pydatetime(),
-                title=details.get(int(head.pr_number), {}).get("title", ""),
-                author=details.get(int(head.pr_number), {}).get("author", ""),
+                event_type=event,
+                pr_number=pr,
+                head_sha=sha,
+                placed_at=pd.Timestamp(placed_at, tz="UTC").to_pydatetime(),
+                title=details.get(pr, {}).get("title", ""),
+                author=details.get(pr, {}).get("author", ""),
                 cells=[row_cells.get(column) for column in columns],
             )
         )
     return Matrix(columns, rows, page, pages, total, len(pinned))
+
+
+def _row_keys(cells: pd.DataFrame) -> Iterator[tuple[str, int, str]]:
+    """Each cell's row: (event type, PR number, head SHA), as Python values."""
+    columns = ("event_type", "pr_number", "head_sha")
+    return zip(*(cells[column].tolist() for column in columns), strict=True)
+
+
+def _newest_first(cells: pd.DataFrame) -> list[tuple[tuple[str, int, str], int]]:
+    """Each row of `cells` with its newest cell's placed_at (ns since the epoch), newest first,
+    then by head SHA, else in the order rows first appear.
+
+    A dict over the rows: pandas' groupby, reset_index and sort cost a backend page's two
+    matrices 6 ms for its few hundred cells."""
+    newest: dict[tuple[str, int, str], int] = {}
+    placed = cells["placed_at"].astype("int64").tolist()
+    for key, at in zip(_row_keys(cells), placed, strict=True):
+        if at > newest.get(key, at - 1):
+            newest[key] = at
+    return sorted(newest.items(), key=lambda item: (-item[1], item[0][2]))
 
 
 def column_order(column: tuple[str, str]) -> tuple[bool, str, str]:
