@@ -52,33 +52,32 @@ class OutcomeCounts:
 
 
 def _superseded(rows: pd.DataFrame, universe: pd.DataFrame) -> pd.Series:
-    """For each row: another row of the same downstream and PR, other head SHA, placed later."""
-    result = pd.Series(False, index=rows.index)
-    candidates = rows[(rows["pr_number"] != 0)]
-    if candidates.empty:
-        return result
-    per_sha = (
-        universe[universe["pr_number"] != 0]
-        .groupby(["downstream", "pr_number", "head_sha"], sort=True)["placed_at"]
-        .max()
-        .reset_index()
-        .sort_values(["downstream", "pr_number", "placed_at", "head_sha"], kind="mergesort")
-    )
-    # For each PR keep the two SHAs seen last: the latest other SHA of any row is one of them.
-    top = per_sha.groupby(["downstream", "pr_number"], sort=False).tail(2)
-    top = top.assign(rank=top.groupby(["downstream", "pr_number"]).cumcount(ascending=False))
-    first = top[top["rank"] == 0].rename(columns={"head_sha": "sha1", "placed_at": "t1"})
-    second = top[top["rank"] == 1].rename(columns={"head_sha": "sha2", "placed_at": "t2"})
-    merged = (
-        candidates[["downstream", "pr_number", "head_sha", "placed_at"]]
-        .reset_index()
-        .merge(first.drop(columns="rank"), on=["downstream", "pr_number"], how="left")
-        .merge(second.drop(columns="rank"), on=["downstream", "pr_number"], how="left")
-    )
-    other_latest = merged["t1"].where(merged["sha1"] != merged["head_sha"], merged["t2"])
-    flags = (other_latest > merged["placed_at"]).fillna(False).astype(bool)
-    result.loc[merged["index"].to_numpy()] = flags.to_numpy()
-    return result
+    """For each row: another row of the same downstream and PR, other head SHA, placed later.
+
+    Each PR's head SHAs with their newest placed_at, gathered in one pass over the universe's
+    columns (a groupby, two merges and their sorts cost ~8 ms a call for a few hundred rows).
+    """
+    key = ["downstream", "pr_number", "head_sha"]
+    newest: dict[tuple[str, int], dict[str, int]] = {}
+    for downstream, pr, sha, placed in zip(*_columns(universe, key), strict=True):
+        if pr and placed is not None:
+            shas = newest.setdefault((downstream, pr), {})
+            if placed > shas.get(sha, placed - 1):
+                shas[sha] = placed
+    flags = []
+    for downstream, pr, sha, placed in zip(*_columns(rows, key), strict=True):
+        shas = newest.get((downstream, pr), {}) if placed is not None else {}
+        flags.append(any(at > placed for other, at in shas.items() if other != sha))
+    return pd.Series(flags, index=rows.index, dtype=bool)
+
+
+def _columns(frame: pd.DataFrame, key: list[str]) -> list[list]:
+    """`key`'s columns and placed_at (ns since the epoch, None where unknown) as lists."""
+    placed = frame["placed_at"]
+    times = placed.array.asi8.tolist()
+    if placed.hasnans:
+        times = [None if gone else at for at, gone in zip(times, placed.isna(), strict=True)]
+    return [*(frame[column].tolist() for column in key), times]
 
 
 def outcome_class(status: str, conclusion: str, superseded: bool) -> str:

@@ -222,13 +222,19 @@ def test_superseded_cancel_is_excluded_and_other_cancels_count_against():
         # PR 3: the newer sha came *before* the cancel → not superseded, counts against.
         job(pr_number=3, head_sha="e", conclusion="success", run_id=103, minutes=25),
         job(pr_number=3, head_sha="d", conclusion="cancelled", run_id=104, minutes=30),
+        # PR 4: the other sha placed at the same moment, not after → counts against.
+        job(pr_number=4, head_sha="f", conclusion="cancelled", run_id=105, minutes=40),
+        job(pr_number=4, head_sha="g", conclusion="success", run_id=106, minutes=40),
+        # Pushes (no PR): a later push never supersedes a cancel → counts against.
+        job(pr_number=0, head_sha="h", conclusion="cancelled", run_id=107, minutes=50),
+        job(pr_number=0, head_sha="i", conclusion="success", run_id=108, minutes=55),
     )
     counts = stats.outcome_counts(df, START, END)
     assert counts.superseded == 1
-    assert counts.cancelled == 2
-    assert counts.successes == 2
+    assert counts.cancelled == 4
+    assert counts.successes == 4
     estimate = stats.pass_rate(df, START, END)
-    assert estimate.n == 4
+    assert estimate.n == 8
     assert estimate.value == 0.5
 
 
