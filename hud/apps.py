@@ -26,7 +26,8 @@ def _compiled_timestamps(sender: Any, connection: Any, **kwargs: Any) -> None:
 
     Django's loader subclasses psycopg's pure-Python one to set each value's tzinfo: 2.7 µs a
     value, a quarter of a gate evaluation at 1M jobs (docs/performance.md). The compiled
-    loader parses the same text and the value gets the same tzinfo, as Django's would.
+    loader parses the same text and the value is the same instant with the same tzinfo, as
+    Django's would be.
     """
     if connection.vendor != "postgresql":
         return
@@ -45,9 +46,15 @@ def _compiled_timestamps(sender: Any, connection: Any, **kwargs: Any) -> None:
         def __init__(self, oid: int, context: Any = None) -> None:
             super().__init__(oid, context)
             self._load = compiled(oid, context).load
+            if self._load(b"2000-01-01 00:00:00+00").tzinfo is timezone:
+                # The session's time zone is Django's (UTC, as Django sets it): the compiled
+                # loader's values carry the same tzinfo, so psycopg calls it directly.
+                self.load = self._load  # type: ignore[method-assign]
 
         def load(self, data: Any) -> Any:
-            return self._load(data).replace(tzinfo=timezone)
+            # The same instant in Django's zone (a replace() would relabel the session's
+            # local time as UTC).
+            return self._load(data).astimezone(timezone)
 
     connection.connection.adapters.register_loader("timestamptz", CompiledTzLoader)
 

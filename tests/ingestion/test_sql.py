@@ -155,7 +155,8 @@ def test_prepared_statements_are_planned_for_their_own_parameters(db):
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's timestamptz loader")
 def test_timestamps_decode_through_the_compiled_loader_to_the_values_djangos_gives(db):
     """Django's loader (pure Python, 2.7 µs a value) is replaced on every new connection by
-    psycopg's compiled one, with the same values and the same tzinfo."""
+    psycopg's compiled one, with the same values and the same tzinfo (called directly when
+    the session is in Django's time zone, its values given Django's tzinfo otherwise)."""
     fresh = connections.create_connection("default")
     literals = [
         "2026-12-01 12:34:56.789012+00",
@@ -178,5 +179,12 @@ def test_timestamps_decode_through_the_compiled_loader_to_the_values_djangos_giv
         assert values == expected
         assert all(value.tzinfo is fresh.timezone for value in values)
         assert loader.__name__ == "CompiledTzLoader"
+        # A session in another time zone: the same instants, still with Django's tzinfo.
+        with fresh.cursor() as cursor:
+            cursor.execute("SET TIME ZONE 'America/New_York'")
+            cursor.execute("SELECT value::timestamptz FROM unnest(%s::text[]) AS value", [literals])
+            values = [row[0] for row in cursor.fetchall()]
+        assert values == expected
+        assert all(value.tzinfo is fresh.timezone for value in values)
     finally:
         fresh.close()
