@@ -38,14 +38,15 @@ class StopCleanlyBeat(Beat):
     file), and saving builds it a second time, inside the first: circular imports, a shelve
     opened twice, the schedule file removed as "corrupted" and a plain-text traceback on stderr
     (systemd stopping beat just after a start does that). Until the scheduler exists, the
-    handler asks the service to stop instead: it finishes building, never ticks, and saves on
-    its way out as usual.
+    handler only marks the service shut down: it finishes building, never ticks, and saves on
+    its way out as usual. Marked, not `stop()`ped: that logs, and a log write from a handler
+    that interrupted one (beat's "Starting..." to a full pipe) fails as a reentrant call.
     """
 
     def install_sync_handler(self, service: Service) -> None:
         def _sync(signum: int, frame: Any) -> None:
             if "scheduler" not in vars(service):  # kombu's cached_property, not built yet
-                service.stop()
+                service._is_shutdown.set()  # what `Service.start`'s loop checks
                 return
             service.sync()
             raise SystemExit()

@@ -1,5 +1,6 @@
 """A beat scheduler told to stop (SIGTERM) half-way through being built, as systemd may."""
 
+import logging
 import os
 import signal
 from typing import Any
@@ -13,6 +14,7 @@ class TermWhileBuilt(PersistentScheduler):
     def _open_schedule(self) -> Any:
         global _signalled
         store = super()._open_schedule()
+        logging.getLogger("celery.beat").info("schedule opened")  # once per scheduler built
         if not _signalled:  # once: a rebuild from the handler must not signal again
             _signalled = True
             os.kill(os.getpid(), signal.SIGTERM)  # handled here, the schedule file open

@@ -391,7 +391,7 @@ def test_beat_stopped_while_building_its_scheduler_exits_cleanly(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in (result.stdout + result.stderr).splitlines()]
-    assert [line["message"] for line in lines] == ["beat: Starting...", "beat: Shutting down..."]
+    assert [line["message"] for line in lines] == ["beat: Starting...", "schedule opened"]
     assert {line["level"] for line in lines} == {"INFO"}
     with shelve.open(str(schedule), flag="r") as saved:  # saved on the way out, not removed
         assert "crcr.daily_evaluation" in saved["entries"]
