@@ -106,8 +106,7 @@ def rows_frame(
 ) -> pd.DataFrame:
     """A jobs frame of database rows: tuples in `columns` order, `constants` filling whole
     columns (a backend's name). The contract's columns come first, typed as
-    `coerce_jobs_frame` types them (text columns hold text or None); other columns follow,
-    typed as pandas infers them.
+    `coerce_jobs_frame` types them; other columns follow, typed as pandas infers them.
 
     Typed a column at a time from the rows, not through a frame of them: building a frame of
     a backend page's 1,262 layer rows and coercing it took 5.6 ms, this 1.7 ms.
@@ -125,6 +124,8 @@ def rows_frame(
             array = np.array(given, dtype=object)
             if None in given:
                 array[array == None] = ""  # noqa: E711 (element-wise)
+            if pd.api.types.infer_dtype(array) not in ("string", "empty"):  # ids, say
+                array = np.array([str(value) for value in array], dtype=object)
             out[column] = array
         elif dtype.startswith("datetime"):
             times = pd.Series(given, dtype=object)

@@ -71,6 +71,7 @@ _TIMES = st.datetimes(dt.datetime(2020, 1, 1), dt.datetime(2030, 1, 1))
 _TEXT = st.text(max_size=8)
 _DRIVER_VALUES = {
     "id": st.integers(1, 2**40),
+    "downstream": _TEXT | st.integers(1, 99),  # a name, or an id (`gate_counts._as_of_jobs`)
     "event_type": st.sampled_from(["pull_request", "push", "nightly"]),
     "pr_number": st.integers(0, 10**6),
     "head_sha": _TEXT,
@@ -88,17 +89,20 @@ _DRIVER_VALUES = {
     "ref": st.none() | _TEXT,
     "outcome": st.sampled_from(["success", "superseded"]),
 }
-_DRIVER_COLUMNS = [c for c in _DRIVER_VALUES if c != "downstream"]
+_DRIVER_COLUMNS = list(_DRIVER_VALUES)
 
 
-@given(st.lists(st.fixed_dictionaries(_DRIVER_VALUES), max_size=6))
-@example([])
-def test_rows_frame_types_driver_rows_as_coerce_jobs_frame_does(records):
+@given(st.lists(st.fixed_dictionaries(_DRIVER_VALUES), max_size=6), st.booleans())
+@example([], False)
+def test_rows_frame_types_driver_rows_as_coerce_jobs_frame_does(records, named):
     """The reads build jobs frames of driver rows with `rows_frame`; typed as a frame of the
-    same rows through `coerce_jobs_frame`, with the extra column kept after the contract's."""
-    rows = [tuple(record[c] for c in _DRIVER_COLUMNS) for record in records]
-    built = stats.rows_frame(rows, _DRIVER_COLUMNS, downstream="o/r")
-    raw = pd.DataFrame.from_records(rows, columns=_DRIVER_COLUMNS).assign(downstream="o/r")
+    same rows through `coerce_jobs_frame`, with the extra column kept after the contract's.
+    `named`: the backend's name given as a constant instead of a column of the rows."""
+    columns = [c for c in _DRIVER_COLUMNS if not (named and c == "downstream")]
+    rows = [tuple(record[c] for c in columns) for record in records]
+    constant = {"downstream": "o/r"} if named else {}
+    built = stats.rows_frame(rows, columns, **constant)
+    raw = pd.DataFrame.from_records(rows, columns=columns).assign(**constant)
     expected = stats.coerce_jobs_frame(raw) if rows else stats.empty_jobs_frame()
     pd.testing.assert_frame_equal(built[list(stats.JOB_COLUMNS)], expected)
     assert list(built.columns) == [*stats.JOB_COLUMNS, "outcome"]
