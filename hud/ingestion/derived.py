@@ -188,16 +188,8 @@ class Derived:
 # --------------------------------------------------------------------------- pure rules
 
 
-def is_superseded(pr_number: int, head_sha: str, placed_at: dt.datetime, shas: ShaTimes) -> bool:
-    """A row of the same backend and PR with another head SHA was placed after this one."""
-    if not pr_number:
-        return False
-    others = [t for sha, t in shas.get(pr_number, {}).items() if sha != head_sha]
-    return bool(others) and max(others) > placed_at
-
-
 def _class(attempt: Attempt, shas: ShaTimes) -> str:
-    superseded = is_superseded(attempt.pr_number, attempt.head_sha, attempt.placed_at, shas)
+    superseded = stats.is_superseded(attempt.pr_number, attempt.head_sha, attempt.placed_at, shas)
     return stats.outcome_class(attempt.status, attempt.conclusion, superseded)
 
 
@@ -414,7 +406,7 @@ class _Session:
             for stored, attempt_pr, moment in classes:
                 if attempt_pr != pr_number or stored not in (stats.CANCELLED, stats.SUPERSEDED):
                     continue
-                now_superseded = is_superseded(pr_number, key[2], _moment(moment), shas)
+                now_superseded = stats.is_superseded(pr_number, key[2], _moment(moment), shas)
                 if now_superseded != (stored == stats.SUPERSEDED):
                     stale.append(key)
                     break

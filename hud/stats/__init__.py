@@ -99,6 +99,7 @@ from hud.stats.outcomes import (
     TIMED_OUT,
     OutcomeCounts,
     classify,
+    is_superseded,
     outcome_class,
 )
 from hud.stats.rates import (
@@ -184,6 +185,7 @@ __all__ = [
     "flip_series",
     "flip_series_of_latest",
     "is_stuck",
+    "is_superseded",
     "jobs_frame",
     "last_result_at",
     "latest_attempts",

@@ -7,7 +7,9 @@ unfinished attempts are excluded (`classify`, `outcome_class`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -51,23 +53,38 @@ class OutcomeCounts:
         return self.counted - self.successes
 
 
-def _superseded(rows: pd.DataFrame, universe: pd.DataFrame) -> pd.Series:
-    """For each row: another row of the same downstream and PR, other head SHA, placed later.
+def is_superseded(
+    pr_number: int, head_sha: str, placed_at: Any, shas: Mapping[int, Mapping[str, Any]]
+) -> bool:
+    """A row of the same backend and PR with another head SHA was placed after this one.
 
-    Each PR's head SHAs with their newest placed_at, gathered in one pass over the universe's
-    columns (a groupby, two merges and their sorts cost ~8 ms a call for a few hundred rows).
+    `shas`: the backend's PR numbers → head SHA → its newest placed_at (times of any one
+    comparable kind). The rule both `classify` and the derived layer's writes apply.
+    """
+    if not pr_number:
+        return False
+    others = [at for sha, at in shas.get(pr_number, {}).items() if sha != head_sha]
+    return bool(others) and max(others) > placed_at
+
+
+def _superseded(rows: pd.DataFrame, universe: pd.DataFrame) -> pd.Series:
+    """`is_superseded` of each row, among the universe's rows.
+
+    Each backend's PRs' head SHAs with their newest placed_at, gathered in one pass over the
+    universe's columns (a groupby, two merges and their sorts cost ~8 ms a call for a few
+    hundred rows).
     """
     key = ["downstream", "pr_number", "head_sha"]
-    newest: dict[tuple[str, int], dict[str, int]] = {}
+    newest: dict[str, dict[int, dict[str, int]]] = {}
     for downstream, pr, sha, placed in zip(*_columns(universe, key), strict=True):
         if pr and placed is not None:
-            shas = newest.setdefault((downstream, pr), {})
+            shas = newest.setdefault(downstream, {}).setdefault(pr, {})
             if placed > shas.get(sha, placed - 1):
                 shas[sha] = placed
-    flags = []
-    for downstream, pr, sha, placed in zip(*_columns(rows, key), strict=True):
-        shas = newest.get((downstream, pr), {}) if placed is not None else {}
-        flags.append(any(at > placed for other, at in shas.items() if other != sha))
+    flags = [
+        placed is not None and is_superseded(pr, sha, placed, newest.get(downstream, {}))
+        for downstream, pr, sha, placed in zip(*_columns(rows, key), strict=True)
+    ]
     return pd.Series(flags, index=rows.index, dtype=bool)
 
 
