@@ -331,13 +331,18 @@ def _run_until(command: list[str], env: dict, tmp_path: Path, name: str, until: 
     return out.read_text().splitlines() + err.read_text().splitlines()
 
 
-def test_celery_worker_and_beat_write_only_json_lines(tmp_path):
-    """As started by the units: `celery --quiet` then Django's LOGGING, banner-free."""
-    env = {
+def _celery_env(tmp_path: Path) -> dict[str, str]:
+    """Production settings for a worker or beat on an in-memory broker and files in tmp_path."""
+    return {
         "PATH": os.environ["PATH"],
         **production_env(CELERY_BROKER_URL="memory://", DATABASE_URL=f"sqlite:///{tmp_path}/db"),
         "CACHE_DIR": str(tmp_path / "cache"),
     }
+
+
+def test_celery_worker_and_beat_write_only_json_lines(tmp_path):
+    """As started by the units: `celery --quiet` then Django's LOGGING, banner-free."""
+    env = _celery_env(tmp_path)
     worker = _run_until(
         [CELERY, "--quiet", "-A", "config", "worker", "--pool=solo", "--loglevel=INFO"],
         env,
@@ -373,11 +378,7 @@ def test_celery_worker_and_beat_write_only_json_lines(tmp_path):
 def test_beat_stopped_while_building_its_scheduler_exits_cleanly(tmp_path):
     """SIGTERM just after "beat: Starting...": no traceback, the schedule file kept (Celery's
     own handler built the scheduler twice, one inside the other, and removed the file)."""
-    env = {
-        "PATH": os.environ["PATH"],
-        **production_env(CELERY_BROKER_URL="memory://", DATABASE_URL=f"sqlite:///{tmp_path}/db"),
-        "CACHE_DIR": str(tmp_path / "cache"),
-    }
+    env = _celery_env(tmp_path)
     schedule = tmp_path / "beat-schedule"
     command = [CELERY, "--quiet", "-A", "config", "beat", "--loglevel=INFO"]
     scheduler = "--scheduler=tests.ops.term_scheduler:TermWhileBuilt"
