@@ -75,7 +75,7 @@ def gate_jobs_of(
     the others' values."""
     earlier: dict[int, list[tuple[str, int]]] = defaultdict(list)
     ids = [downstream.id for downstream, _ in backends]
-    for backend, sha, pr in _earlier_rows(_span(ids, since, as_of), as_of):
+    for backend, sha, pr in _earlier_rows(ids, _span(ids, since, as_of), as_of):
         earlier[backend].append((sha, pr))
     out = {}
     for downstream, exclusions in backends:
@@ -118,13 +118,13 @@ def _layer_frame(queryset, downstream: Downstream) -> pd.DataFrame:
     return stats.rows_frame(rows, columns, downstream=downstream.full_name)
 
 
-def _earlier_rows(span: Q, as_of: dt.datetime) -> list[tuple[int, str, int]]:
-    """(backend id, head SHA, PR number) of the span's rows whose logical job the layer cannot
-    describe as of `as_of`: rows that are not their logical job's latest (re-runs and legs),
-    and rows of a logical job with another row placed at or after `as_of`, which the layer has
-    taken in whichever row it names latest (a later leg still in progress leaves the earlier
-    leg the latest row, yet opens its attempt). Bounded by the span, however far back `as_of`
-    is."""
+def _earlier_rows(ids: Sequence[int], span: Q, as_of: dt.datetime) -> list[tuple[int, str, int]]:
+    """(backend id, head SHA, PR number) of the rows of `span` (over the backends `ids`) whose
+    logical job the layer cannot describe as of `as_of`: rows that are not their logical
+    job's latest (re-runs and legs), and rows of a logical job with another row placed at or
+    after `as_of`, which the layer has taken in whichever row it names latest (a later leg
+    still in progress leaves the earlier leg the latest row, yet opens its attempt). Bounded
+    by the span, however far back `as_of` is."""
     latest = LogicalJob.objects.filter(latest_job_id=OuterRef("id"))
     later = Job.objects.filter(
         **{column: OuterRef(column) for column in ("downstream_id", *KEY)}, placed_at__gte=as_of
@@ -138,6 +138,10 @@ def _earlier_rows(span: Q, as_of: dt.datetime) -> list[tuple[int, str, int]]:
     columns = ("downstream_id", "head_sha", "pr_number")
     not_latest_ids = Job.objects.filter(span).filter(~Exists(latest)).values("id")
     not_latest = Job.objects.filter(id__in=not_latest_ids).values_list(*columns)
+    # As of now (every page) no row is placed later: one probe of the (downstream, placed_at)
+    # index spares the correlated select, a third of this read on the demo's backend page.
+    if not Job.objects.filter(downstream_id__in=ids, placed_at__gte=as_of).exists():
+        return list(not_latest)
     with_later = Job.objects.filter(span).filter(Exists(later)).values_list(*columns)
     return list(not_latest.union(with_later))
 

@@ -11,7 +11,7 @@ import pandas as pd
 from hud.stats.frames import Jobs, prepare
 from hud.stats.intervals import DEFAULT_MIN_N, wilson_intervals
 from hud.stats.outcomes import COUNTED
-from hud.stats.timing import _timed, end_to_end_seconds
+from hud.stats.timing import end_to_end_seconds
 
 
 def day_index(start: dt.date | dt.datetime, end: dt.date | dt.datetime) -> pd.DatetimeIndex:
@@ -63,7 +63,7 @@ def daily_series(
         },
         index=days,
     )
-    timed = _timed(df)
+    timed = df.timed
     return daily_frame(days, tally, _durations(days, timed), min_n=min_n)
 
 

@@ -26,14 +26,8 @@ OVERRUN_SECONDS = 3 * 3600.0
 
 def timed_attempts(df: Jobs, start: dt.datetime, end: dt.datetime) -> pd.DataFrame:
     """Completed, not skipped attempts placed in the window: the population of timing figures."""
-    rows = _timed(df)
+    rows = prepare(df).timed
     return rows[_in_window(rows["placed_at"], start, end)]
-
-
-def _timed(df: Jobs) -> pd.DataFrame:
-    rows = prepare(df).rows
-    # A skipped job never used a runner; its ~0 s would drag the averages down.
-    return rows[(rows["status"] == "completed") & (rows["conclusion"] != "skipped")]
 
 
 def end_to_end_seconds(rows: pd.DataFrame) -> pd.Series:
