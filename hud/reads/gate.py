@@ -126,9 +126,6 @@ def _earlier_rows(ids: Sequence[int], span: Q, as_of: dt.datetime) -> list[tuple
     still in progress leaves the earlier leg the latest row, yet opens its attempt). Bounded
     by the span, however far back `as_of` is."""
     latest = LogicalJob.objects.filter(latest_job_id=OuterRef("id"))
-    later = Job.objects.filter(
-        **{column: OuterRef(column) for column in ("downstream_id", *KEY)}, placed_at__gte=as_of
-    )
     # Two selects under one UNION: ORed, PostgreSQL hashed every LogicalJob's latest id
     # (102,200 at 100k jobs, 25 ms) instead of probing the index per span row. The rows that
     # are not latest are found by id first: the span's ids alone are in the (downstream,
@@ -142,6 +139,9 @@ def _earlier_rows(ids: Sequence[int], span: Q, as_of: dt.datetime) -> list[tuple
     # index spares the correlated select, a third of this read on the demo's backend page.
     if not Job.objects.filter(downstream_id__in=ids, placed_at__gte=as_of).exists():
         return list(not_latest)
+    later = Job.objects.filter(
+        **{column: OuterRef(column) for column in ("downstream_id", *KEY)}, placed_at__gte=as_of
+    )
     with_later = Job.objects.filter(span).filter(Exists(later)).values_list(*columns)
     return list(not_latest.union(with_later))
 

@@ -140,24 +140,23 @@ def flaky_jobs(df: Jobs, start: dt.datetime, end: dt.datetime) -> pd.DataFrame:
     """Window logical jobs with `has_failure`, `has_success` and `flaky` (both) columns, in the
     prepared attempts' order (each logical job's attempts are consecutive rows there)."""
     attempts = prepare(df).attempts
-    rows, last_rows, has_failure, has_success = _flakiness(attempts, start, end)
-    per_job = attempts[LOGICAL_JOB_KEY].take(rows[last_rows]).reset_index(drop=True)
+    last_rows, has_failure, has_success = _flakiness(attempts, start, end)
+    per_job = attempts[LOGICAL_JOB_KEY].take(last_rows).reset_index(drop=True)
     return per_job.assign(
         has_failure=has_failure,
         has_success=has_success,
-        attempts=attempts["attempts"].to_numpy()[rows[last_rows]],
-        placed_at=attempts["latest_placed_at"].array.take(rows[last_rows]),
+        attempts=attempts["attempts"].to_numpy()[last_rows],
+        placed_at=attempts["latest_placed_at"].array.take(last_rows),
         flaky=has_failure & has_success,
     )
 
 
 def _flakiness(
     attempts: pd.DataFrame, start: dt.datetime, end: dt.datetime
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Of the prepared attempts of the logical jobs placed in the window: their positions, the
-    positions (among those) of each job's last row, and per job whether a finished attempt
-    failed and whether one passed. On the columns alone: a filtered copy of the attempts cost
-    a backend page ~2 ms."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Of the logical jobs placed in the window: the position of each one's last row among the
+    prepared attempts, and whether a finished attempt of it failed and whether one passed. On
+    the columns alone: a filtered copy of the attempts cost a backend page ~2 ms."""
     rows = np.flatnonzero(_in_window(attempts["latest_placed_at"], start, end).to_numpy())
     # Judged by attempt (the worst of its legs), so two legs of one attempt are not a flake.
     completed = ~attempts["attempt_open"].to_numpy()[rows]
@@ -167,7 +166,7 @@ def _flakiness(
     starts = _runs_start(attempts[column].to_numpy()[rows] for column in LOGICAL_JOB_KEY)
     has_failure = _per_run(np.logical_or, has_failure, np.flatnonzero(starts))
     has_success = _per_run(np.logical_or, has_success, np.flatnonzero(starts))
-    return rows, np.flatnonzero(_runs_end(starts)), has_failure, has_success
+    return rows[_runs_end(starts)], has_failure, has_success
 
 
 def flake_rate(
@@ -176,9 +175,9 @@ def flake_rate(
     """Flaky logical jobs / logical jobs with at least one failed or successful attempt."""
     lookback_start = min(pd.Timestamp(start), pd.Timestamp(end) - SPREAD_LOOKBACK)
     attempts = prepare(df).attempts
-    rows, last_rows, has_failure, has_success = _flakiness(attempts, lookback_start, end)
+    last_rows, has_failure, has_success = _flakiness(attempts, lookback_start, end)
     eligible = has_failure | has_success
-    placed = attempts["latest_placed_at"].values[rows[last_rows]]  # datetime64, UTC
+    placed = attempts["latest_placed_at"].values[last_rows]  # datetime64, UTC
     return day_clustered_proportion(
         placed[eligible], (has_failure & has_success)[eligible], start, end, min_n=min_n
     )
