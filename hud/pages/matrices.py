@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hud.models import Job
 from hud.pages.common import Window
 from hud.reads import selectors
 
@@ -37,7 +36,7 @@ MATRIX_CONCLUSIONS = (
 class MatrixCell:
     """The latest attempt of one logical job: its row, display status and attempt count."""
 
-    job: Job
+    job: selectors.CellJob
     status: str
     attempts: int
 

@@ -4,6 +4,7 @@ import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import pandas as pd
 from django.conf import settings
@@ -225,16 +226,24 @@ def latest_attempt_rows(ids: list[int]) -> dict[int, Job]:
     return {job.id: job for job in Job.objects.select_related("downstream").filter(id__in=ids)}
 
 
-# What a matrix cell shows of its job (`hud_format.matrix_cell`).
-CELL_FIELDS = ("workflow_name", "job_name", "run_attempt", "workflow_url", "artifact_url")
+class CellJob(NamedTuple):
+    """The columns of a job row a matrix cell shows."""
+
+    id: int
+    workflow_name: str
+    job_name: str
+    run_attempt: int
+    workflow_url: str
+    artifact_url: str
 
 
-def cell_jobs(ids: list[int]) -> dict[int, Job]:
-    """Job rows by id with the columns a matrix cell shows (any other loads when read): a
-    page's matrices hold a few hundred, and whole rows with their backend cost it ~3 ms."""
+def cell_jobs(ids: list[int]) -> dict[int, CellJob]:
+    """The job rows of `ids`, by id, as a matrix cell shows them: a page's matrices hold a few
+    hundred, and model instances (deferred fields, their backend) cost it ~3 ms more."""
     if not ids:
         return {}
-    return {job.id: job for job in Job.objects.filter(id__in=ids).only(*CELL_FIELDS)}
+    rows = driver_rows(Job.objects.filter(id__in=ids).values_list(*CellJob._fields))
+    return {row[0]: CellJob(*row) for row in rows}
 
 
 def job_names(downstream_id: int, start: dt.datetime, end: dt.datetime) -> list[str]:

@@ -89,8 +89,8 @@ def css(key: str) -> str:
 
 
 _EMPTY_CELL = '<td class="cell empty" title="no job of this name for this commit">·</td>'
-# The whitespace around a cell is `_matrix.html`'s, so the page reads the same as when the
-# template laid cells out itself.
+# The whitespace around a row and its cells is what `_matrix.html` laid out when its template
+# nodes drew them, so the page reads the same.
 _COMPACT_CELL = (
     '\n        <td class="cell status-{}{}" data-status="{}" title="{}"><a href="{}" rel="noopener"'
     ' aria-label="{}: {}">{}</a>{}</td>\n        '
@@ -101,13 +101,10 @@ _CELL = (
 )
 
 
-@register.simple_tag
 def matrix_cell(cell: Any, column: int, pinned: int, compact: bool) -> SafeString:
-    """One cell of a results matrix (`_matrix.html`): the latest attempt's status as symbol,
+    """One cell of a results matrix (`matrix_row`): the latest attempt's status as symbol,
     word and colour, linked to its run, with its attempt count; `column` (from 1) is pinned
-    when within the first `pinned`. A tag rather than template nodes: a month of a busy
-    backend is ~540 cells, and their dozen lookups and filters each, node by node, cost the 1M
-    bench's backend page 2.6 ms more (docs/performance.md)."""
+    when within the first `pinned`."""
     if not cell:
         return SafeString(_EMPTY_CELL)
     job, key, attempts = cell.job, cell.status, cell.attempts
@@ -145,6 +142,44 @@ def matrix_cell(cell: Any, column: int, pinned: int, compact: bool) -> SafeStrin
     )
 
 
+_ROW = """
+    <tr>
+      <th scope="row" class="rowhead">
+        {}
+      </th>
+      <td><a href="/crcr/commit/{}"><code>{}</code></a></td>
+      <td class="when">{}</td>
+      {}
+    </tr>
+  """
+_PR_HEAD = '<a href="/crcr/pr/{}">#{}</a> <span class="title" title="{}">{}</span>{}\n        '
+_AUTHOR = ' <span class="author muted" title="PR author (pull_request.user.login)">@{}</span>'
+
+
+@register.simple_tag
+def matrix_row(row: Any, pinned: int, compact: bool) -> SafeString:
+    """One row of a results matrix (`_matrix.html`): the PR (title, author) or event, the head
+    SHA and time, then a cell per job column (`matrix_cell`). A tag rather than template nodes:
+    a month of a busy backend is ~540 cells of a dozen lookups and filters each, and a row's
+    own nodes and cell loop cost the demo's busiest backend page ~5 ms more
+    (docs/performance.md)."""
+    if row.pr_number:
+        author = _html(_AUTHOR, row.author) if row.author else ""
+        head = _html(
+            _PR_HEAD, row.pr_number, row.pr_number, row.title, truncatechars(row.title, 60), author
+        )
+    else:
+        head = _html("{}", row.event_type)
+    cells = "".join(
+        f"\n        {matrix_cell(cell, column, pinned, compact)}\n      "
+        for column, cell in enumerate(row.cells, start=1)
+    )
+    return _html(
+        _ROW, head, row.head_sha, short_sha(row.head_sha), when(row.placed_at, "short"),
+        SafeString(cells),
+    )  # fmt: skip
+
+
 @register.simple_tag
 def verdict_badge(verdict: dict[str, Any]) -> SafeString:
     """Our verdict on a failing job as symbol, word and colour; its title says what it means."""
@@ -157,6 +192,32 @@ def verdict_badge(verdict: dict[str, Any]) -> SafeString:
         badge["symbol"],
         badge["word"],
     )
+
+
+# The whitespace is `_adjusted.html`'s, where the row sits.
+_EXCLUDED_ROW = """
+    <tr data-job="{}">
+      <td>{}</td>
+      <td>{} / {} <span class="muted">({}{})</span></td>
+      <td><a href="/crcr/commit/{}"><code>{}</code></a></td>
+      <td class="when">{}</td>
+      <td class="muted">{}</td>
+    </tr>
+  """
+
+
+@register.simple_tag
+def excluded_row(item: dict[str, Any]) -> SafeString:
+    """One job the gate-adjusted pass rate leaves out (`_adjusted.html`): our verdict, the job,
+    its head SHA, time and why. A tag rather than template nodes, as `result_row` is: a busy
+    backend's month leaves out dozens."""
+    pr = item["pr_number"]
+    link = _html(', <a href="/crcr/pr/{}">#{}</a>', pr, pr) if pr else ""
+    return _html(
+        _EXCLUDED_ROW, item["job_id"], verdict_badge(item), item["workflow_name"],
+        item["job_name"], item["event_type"], link, item["head_sha"],
+        short_sha(item["head_sha"]), when(item["placed_at"], "short"), item["why"],
+    )  # fmt: skip
 
 
 # The whitespace is `results.html`'s, where the row sits.

@@ -1,12 +1,14 @@
-"""A results matrix's cell (`hud_format.matrix_cell`, which `_matrix.html` lays out per cell):
-the status as symbol, word and colour class, linked to the run, with its attempt count, and
-every reported string escaped (job names and URLs come from downstream callbacks)."""
+"""A results matrix's rows and cells (`hud_format.matrix_row`, which `_matrix.html` lays out
+per row, and its `matrix_cell`): the status as symbol, word and colour class, linked to the run,
+with its attempt count, and every reported string escaped (job names and URLs come from
+downstream callbacks, PR titles and authors from upstream webhooks)."""
 
+import datetime as dt
 from types import SimpleNamespace
 
 import pytest
 
-from hud.templatetags.hud_format import matrix_cell
+from hud.templatetags.hud_format import matrix_cell, matrix_row
 
 HOSTILE = SimpleNamespace(
     workflow_name='crcr"><b>',
@@ -54,3 +56,36 @@ def test_no_job_of_that_name_is_an_empty_cell():
     assert matrix_cell(None, 1, 0, False) == (
         '<td class="cell empty" title="no job of this name for this commit">·</td>'
     )
+
+
+def _row(**fields) -> SimpleNamespace:
+    row = {
+        "event_type": "pull_request",
+        "pr_number": 7,
+        "head_sha": "a" * 40,
+        "placed_at": dt.datetime(2026, 11, 30, 17, 32, tzinfo=dt.UTC),
+        "title": "",
+        "author": "",
+        "cells": [],
+    }
+    return SimpleNamespace(**{**row, **fields})
+
+
+def test_a_pr_row_escapes_its_title_and_author_and_truncates_the_title():
+    title = "<img src=x onerror=alert(1)> " + "x" * 80
+    html = matrix_row(_row(title=title, author='"><b>', cells=[None]), 0, False)
+    assert "<img" not in html and "<b>" not in html
+    assert 'title="&lt;img src=x onerror=alert(1)&gt; ' in html  # the whole title on hover
+    assert "xxx…</span>" in html  # shown cut at 60 characters
+    assert ">@&quot;&gt;&lt;b&gt;</span>" in html
+    assert '<a href="/crcr/pr/7">#7</a>' in html
+    assert "<code>aaaaaaaaaa</code>" in html and "11-30 17:32</time>" in html
+    assert html.count('<td class="cell empty"') == 1
+
+
+def test_a_push_row_names_its_event_and_numbers_its_cells_for_pinning():
+    cells = [_cell("success", 1), _cell("failure", 1)]
+    html = matrix_row(_row(event_type="<push>", pr_number=0, cells=cells), 1, False)
+    assert "&lt;push&gt;" in html and "/crcr/pr/" not in html
+    assert html.count(' pinned"') == 1  # only the first column is within `pinned`
+    assert html.index("status-success pinned") < html.index('status-failure"')

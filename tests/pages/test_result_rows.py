@@ -1,7 +1,9 @@
 """A PR or commit page's job row (`hud_format.result_row`), a PR's check-run row
-(`hud_format.check_run_row`) and our verdict's badge (`hud_format.verdict_badge`): what each
-shows, and every reported string escaped (names, URLs, delivery ids and check-run errors
-come from downstream callbacks and from GitHub)."""
+(`hud_format.check_run_row`), a backend page's matrix row (`hud_format.matrix_row`) and
+gate-excluded job (`hud_format.excluded_row`), and our verdict's badge
+(`hud_format.verdict_badge`): what each shows, and every reported string escaped (names, URLs,
+delivery ids and check-run errors come from downstream callbacks and from GitHub, PR titles
+and authors from upstream webhooks)."""
 
 import datetime as dt
 from html.parser import HTMLParser
@@ -12,7 +14,13 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hud.pages.common import badge_dict
-from hud.templatetags.hud_format import check_run_row, result_row, verdict_badge
+from hud.templatetags.hud_format import (
+    check_run_row,
+    excluded_row,
+    matrix_row,
+    result_row,
+    verdict_badge,
+)
 
 HOSTILE_JOB = {
     "workflow_name": 'crcr"><b>',
@@ -134,6 +142,32 @@ def test_our_verdict_badge_is_symbol_word_and_colour_with_its_meaning():
     )
 
 
+def _excluded(**fields) -> dict:
+    item = {
+        "job_id": 12,
+        "verdict": "infra",
+        "badge": badge_dict("infra"),
+        "workflow_name": "crcr",
+        "job_name": "build",
+        "event_type": "pull_request",
+        "pr_number": 7,
+        "head_sha": "c" * 40,
+        "placed_at": "2026-11-30T17:32:00+00:00",
+        "why": "runner lost <signature>",
+    }
+    return {**item, **fields}
+
+
+def test_a_gate_excluded_row_shows_verdict_job_pr_commit_time_and_why():
+    html = excluded_row(_excluded())
+    assert html.startswith('\n    <tr data-job="12">') and 'data-verdict="infra"' in html
+    assert 'crcr / build <span class="muted">(pull_request, <a href="/crcr/pr/7">#7</a>)' in html
+    assert f'<a href="/crcr/commit/{"c" * 40}"><code>cccccccccc</code></a>' in html
+    assert 'datetime="2026-11-30T17:32:00Z"' in html
+    assert '<td class="muted">runner lost &lt;signature&gt;</td>' in html
+    assert "/crcr/pr/" not in excluded_row(_excluded(event_type="push", pr_number=0))
+
+
 class _Markup(HTMLParser):
     """The tags, attributes and text of a fragment, as a browser's parser reads them."""
 
@@ -187,3 +221,19 @@ def test_no_reported_string_opens_a_tag_or_leaves_its_attribute(text, url):
     ]  # fmt: skip
     assert run.tags[-2][1]["href"] == url + "u"
     assert text in run.text
+    excluded = _parsed(excluded_row(_excluded(workflow_name=text, job_name=text,
+                                              event_type=text, why=text)))  # fmt: skip
+    assert [tag for tag, _ in excluded.tags] == [
+        "tr", "td", "span", "td", "span", "a", "td", "a", "code", "td", "time", "td",
+    ]  # fmt: skip
+    assert f"{text} / {text} ({text}, #7)" in excluded.text
+    assert excluded.text.rstrip().endswith(f"\n      {text}".rstrip())
+    pr_row = SimpleNamespace(
+        event_type="pull_request", pr_number=7, head_sha="a" * 40, placed_at=None, title=text,
+        author=f"{text}x", cells=[None],
+    )  # fmt: skip
+    matrix = _parsed(matrix_row(pr_row, 0, False))
+    assert [tag for tag, _ in matrix.tags] == [
+        "tr", "th", "a", "span", "span", "td", "a", "code", "td", "td",
+    ]  # fmt: skip
+    assert matrix.tags[3][1]["title"] == text and f"@{text}x" in matrix.text
