@@ -147,7 +147,7 @@ _ROW = """
       <th scope="row" class="rowhead">
         {}
       </th>
-      <td><a href="/crcr/commit/{}"><code>{}</code></a></td>
+      <td>{}</td>
       <td class="when">{}</td>
       {}
     </tr>
@@ -175,7 +175,7 @@ def matrix_row(row: Any, pinned: int, compact: bool) -> SafeString:
         for column, cell in enumerate(row.cells, start=1)
     )
     return _html(
-        _ROW, head, row.head_sha, short_sha(row.head_sha), when(row.placed_at, "short"),
+        _ROW, head, commit_link(row.head_sha), when(row.placed_at, "short"),
         SafeString(cells),
     )  # fmt: skip
 
@@ -199,7 +199,7 @@ _EXCLUDED_ROW = """
     <tr data-job="{}">
       <td>{}</td>
       <td>{} / {} <span class="muted">({}{})</span></td>
-      <td><a href="/crcr/commit/{}"><code>{}</code></a></td>
+      <td>{}</td>
       <td class="when">{}</td>
       <td class="muted">{}</td>
     </tr>
@@ -215,15 +215,15 @@ def excluded_row(item: dict[str, Any]) -> SafeString:
     link = _html(', <a href="/crcr/pr/{}">#{}</a>', pr, pr) if pr else ""
     return _html(
         _EXCLUDED_ROW, item["job_id"], verdict_badge(item), item["workflow_name"],
-        item["job_name"], item["event_type"], link, item["head_sha"],
-        short_sha(item["head_sha"]), when(item["placed_at"], "short"), item["why"],
+        item["job_name"], item["event_type"], link, commit_link(item["head_sha"]),
+        when(item["placed_at"], "short"), item["why"],
     )  # fmt: skip
 
 
 # The whitespace is `results.html`'s, where the row sits.
 _RESULT_ROW = """<tr data-status="{}">
         <td><span class="muted">{} /</span> {}{}</td>
-        <td><a href="/crcr/commit/{}"><code>{}</code></a><br><span class="muted">{}</span></td>
+        <td>{}<br><span class="muted">{}</span></td>
         <td>{}{}</td>
         <td>{}</td>
         <td class="num">{}</td>
@@ -282,8 +282,7 @@ def result_row(row: Any) -> SafeString:
         job.workflow_name,
         job.job_name,
         event,
-        job.head_sha,
-        short_sha(job.head_sha),
+        commit_link(job.head_sha),
         placed,
         status(row.status),
         SafeString(_SWEPT) if job.closed_by_sweeper else "",
@@ -303,7 +302,7 @@ def result_row(row: Any) -> SafeString:
 _CHECK_RUN_ROW = """<tr data-sync="{}">
       <td><code>{}</code>{}</td>
       <td><span class="level">L{}</span></td>
-      <td><a href="/crcr/commit/{}"><code>{}</code></a></td>
+      <td>{}</td>
       <td>{}</td>
       <td>{}{}</td>
       <td class="muted">{}</td>
@@ -332,8 +331,7 @@ def check_run_row(run: dict[str, Any]) -> SafeString:
         run["name"],
         more,
         run["level"],
-        run["head_sha"],
-        short_sha(run["head_sha"]),
+        commit_link(run["head_sha"]),
         job_status,
         sync,
         view,
@@ -417,6 +415,12 @@ def ago(moment: dt.datetime | None) -> str:
 def short_sha(sha: str) -> str:
     """The first 10 hex digits of a SHA."""
     return (sha or "")[:10]
+
+
+@register.simple_tag
+def commit_link(sha: str) -> SafeString:
+    """A head SHA, shortened, linking to its commit page: the one form every page writes."""
+    return _html('<a href="/crcr/commit/{}"><code>{}</code></a>', sha, short_sha(sha))
 
 
 @register.filter

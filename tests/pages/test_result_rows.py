@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from hud.pages.common import badge_dict
 from hud.templatetags.hud_format import (
     check_run_row,
+    commit_link,
     excluded_row,
     matrix_row,
     result_row,
@@ -166,6 +167,18 @@ def test_a_gate_excluded_row_shows_verdict_job_pr_commit_time_and_why():
     assert 'datetime="2026-11-30T17:32:00Z"' in html
     assert '<td class="muted">runner lost &lt;signature&gt;</td>' in html
     assert "/crcr/pr/" not in excluded_row(_excluded(event_type="push", pr_number=0))
+
+
+def test_a_commit_link_shows_ten_digits_and_escapes_what_is_not_a_sha():
+    """Every page writes a head SHA this one way (rows, evidence, the gate, a delivery)."""
+    assert (
+        commit_link("ab" * 20) == f'<a href="/crcr/commit/{"ab" * 20}"><code>ababababab</code></a>'
+    )
+    assert (
+        commit_link('"><i>')
+        == '<a href="/crcr/commit/&quot;&gt;&lt;i&gt;"><code>&quot;&gt;&lt;i&gt;</code></a>'
+    )
+    assert commit_link("") == '<a href="/crcr/commit/"><code></code></a>'
 
 
 class _Markup(HTMLParser):
