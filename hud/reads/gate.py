@@ -8,6 +8,8 @@ only for the logical jobs the layer cannot describe as of `as_of`:
 - jobs with another attempt row (re-runs, matrix legs), and jobs with any row placed at or
   after `as_of`, which the layer has already taken in;
 - jobs the layer classes as superseded (the superseding push may come after `as_of`);
+- jobs whose latest attempt the layer holds open for a leg that was placed before the span
+  (its latest row in the span completed): the span's rows alone do not show that leg;
 - every job of the PRs of those (the universe supersession is judged on).
 
 Together they are exactly what `stats.prepare` makes of the attempt frame as of `as_of`
@@ -38,6 +40,7 @@ _LAYER_COLUMNS = [
     *(f"latest_job__{column}" for column in FRAME_COLUMNS if column != "downstream__full_name"),
     "outcome",
     "first_pr_number",
+    "latest_status",
 ]
 
 
@@ -100,8 +103,12 @@ def _jobs_of(
     """One backend's `GateJobs` from its layer rows and earlier rows (`_earlier_rows`) in
     `span`."""
     excluded, taken = _excluded_keys(span, exclusions)
-    superseded = layer[layer["outcome"] == stats.SUPERSEDED]
-    attempts = _attempt_frame(span, earlier, superseded)
+    # A latest row whose own status is not its job's: another leg of its attempt is still open.
+    # Placed in the span, that leg is an earlier row already; placed before it, only the
+    # attempt rows the span holds say what the window shows (found by the hypothesis test of
+    # tests/promotion/test_gate_layer.py: a leg left in progress for 18 days).
+    rederived = (layer["outcome"] == stats.SUPERSEDED) | (layer["latest_status"] != layer["status"])
+    attempts = _attempt_frame(span, earlier, layer[rederived])
     attempts = attempts[~_has_key(attempts, excluded)]
     single = layer[~_has_key(layer, excluded | _keys(attempts))]
     parts = [stats.prepare_single_rows(single, single["outcome"])]
@@ -146,13 +153,12 @@ def _earlier_rows(ids: Sequence[int], span: Q, as_of: dt.datetime) -> list[tuple
     return list(not_latest.union(with_later))
 
 
-def _attempt_frame(
-    span: Q, earlier: list[tuple[str, int]], superseded: pd.DataFrame
-) -> pd.DataFrame:
-    """Every row in the span of the SHAs given and of the PRs they belong to, as a jobs frame."""
-    shas = {sha for sha, _ in earlier} | set(superseded["head_sha"])
+def _attempt_frame(span: Q, earlier: list[tuple[str, int]], layer: pd.DataFrame) -> pd.DataFrame:
+    """Every row in the span of the SHAs given (`earlier`'s and the `layer` rows') and of the
+    PRs they belong to, as a jobs frame."""
+    shas = {sha for sha, _ in earlier} | set(layer["head_sha"])
     prs = {pr for _, pr in earlier}
-    prs |= set(superseded["pr_number"]) | set(superseded["first_pr_number"])
+    prs |= set(layer["pr_number"]) | set(layer["first_pr_number"])
     prs.discard(0)
     if not shas:
         return stats.empty_jobs_frame()

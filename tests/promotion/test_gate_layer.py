@@ -152,3 +152,28 @@ def test_a_row_placed_after_the_moment_never_changes_the_gate_as_of_it():
         rate = stats.compute_metric("job_pass_rate", jobs.prepared, as_of - SINCE, as_of)
         assert (rate.value, rate.n) == (1.0, 1)
         _both_ways(backend, as_of)
+
+
+@pytest.mark.django_db
+def test_a_leg_left_open_before_the_window_leaves_the_page_as_the_window_rows_say():
+    """Found by the property test: one leg of an attempt reported in progress (and never swept),
+    its other leg completed as timed out nine days later. The layer holds the attempt open; a
+    7-day window holds only the timed-out leg, and the page counts what the window's rows say,
+    as `/crcr` does from the same rows."""
+    b = "b" * 40
+    script = [
+        {"kind": "callback", "sha": b, "pr": 8, "event_type": "pull_request",
+         "job_name": "build", "run_attempt": 1, "completed": False, "conclusion": "failure",
+         "failed": 0},
+        {"kind": "days", "days": 9},
+        {"kind": "leg", "sha": b, "conclusion": "timed_out"},
+    ]  # fmt: skip
+    with clock.frozen_at(NOW) as moving:
+        backend = builders.downstream(REPO, Level.L2)
+        for step in script:
+            _step(backend, step, moving)
+        now = moving.moment + dt.timedelta(seconds=1)
+        start = now - dt.timedelta(days=7)
+        counts = stats.backend_summary(gate_jobs(backend, (), start, now).prepared, start, now, now)
+        assert (counts["counts"].timed_out, counts["counts"].excluded) == (1, 0)
+        _page_both_ways(backend, now)
