@@ -158,8 +158,8 @@ def test_a_row_placed_after_the_moment_never_changes_the_gate_as_of_it():
 def test_a_leg_left_open_before_the_window_leaves_the_page_as_the_window_rows_say():
     """Found by the property test: one leg of an attempt reported in progress (and never swept),
     its other leg completed as timed out nine days later. The layer holds the attempt open; a
-    7-day window holds only the timed-out leg, and the page counts what the window's rows say,
-    as `/crcr` does from the same rows."""
+    7-day window holds only the timed-out leg, and the page counts what the window's rows say
+    (gate_jobs' contract). `/crcr` counts the layer's outcome and still says unfinished here."""
     b = "b" * 40
     script = [
         {"kind": "callback", "sha": b, "pr": 8, "event_type": "pull_request",
