@@ -108,6 +108,16 @@ class Job(models.Model):
             # A backend's runs of some jobs in a window (attribution's cross-commit evidence):
             # without it PostgreSQL may walk job_time across every backend's window.
             models.Index(fields=["downstream", "job_name", "placed_at"], name="job_series"),
+            # A backend's timed attempts in a window (the summary's execution intervals, the
+            # daily medians, the gate's durations), read from the index alone on PostgreSQL:
+            # the heap rows sit scattered across every backend's callbacks (at 1M jobs, 50
+            # backends' 30 days: 86,062 rows, 87 -> 32 ms).
+            models.Index(
+                fields=["downstream", "placed_at"],
+                include=["execution_seconds", "queue_seconds", "event_type"],
+                condition=models.Q(status="completed") & ~models.Q(conclusion="skipped"),
+                name="job_timed",
+            ),
         ]
 
     def __str__(self) -> str:
