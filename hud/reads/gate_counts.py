@@ -48,7 +48,7 @@ from django.db.models.functions import Coalesce, TruncDate
 from hud import gates, stats
 from hud.models import DailyRollup, Downstream, Job, LogicalJob
 from hud.reads.rollups import OUTCOME_COLUMNS
-from hud.reads.rows import driver_rows
+from hud.reads.rows import float_groups
 from hud.reads.selectors import FRAME_COLUMNS, FRAME_NAMES
 
 # Shares of logical jobs, shares of attempts, and figures of timed attempts' durations.
@@ -563,14 +563,14 @@ def _read_durations(
     as_of: dt.datetime,
 ) -> None:
     """The queue and execution seconds of the timed attempts of the last `days` days, each
-    with the shortest of `windows` it falls in, as the driver gives them: a placed_at per row
-    cost more than the rest of the read."""
+    with the shortest of `windows` it falls in (no placed_at per row: reading it cost more
+    than the rest), packed per backend and window on PostgreSQL (`rows.float_groups`)."""
     shortest = Case(
         *(When(placed_at__gte=as_of - dt.timedelta(days=w), then=Value(w)) for w in windows),
         default=Value(days),
         output_field=IntegerField(),
     )
-    rows = driver_rows(
+    timed = (
         Job.objects.filter(
             downstream_id__in=ids,
             status=Job.Status.COMPLETED,
@@ -579,20 +579,16 @@ def _read_durations(
         )
         .exclude(conclusion=Job.Conclusion.SKIPPED)
         .annotate(window=shortest)
-        .values_list("downstream_id", "window", "queue_seconds", "execution_seconds")
-        .order_by()
     )
-    if not rows:
-        return
-    # One array per column (None: NaN), grouped by backend in the order read (a stable sort).
-    backends = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
-    window = np.fromiter((row[1] for row in rows), dtype=np.int64, count=len(rows))
-    queue = np.array([row[2] for row in rows], dtype=float)
-    execution = np.array([row[3] for row in rows], dtype=float)
-    order = np.argsort(backends, kind="stable")
-    bounds = np.flatnonzero(np.diff(backends[order])) + 1
-    for part in np.split(order, bounds):
-        out[int(backends[part[0]])].timed = (window[part], queue[part], execution[part])
+    groups = float_groups(
+        timed, ["downstream_id", "window"], ["queue_seconds", "execution_seconds"]
+    )
+    parts: dict[int, list[tuple[np.ndarray, ...]]] = defaultdict(list)
+    for (backend, window), (queue, execution) in groups.items():
+        parts[int(backend)].append((np.full(queue.size, window, dtype=np.int64), queue, execution))
+    for backend, columns in parts.items():
+        window, queue, execution = (np.concatenate(column) for column in zip(*columns, strict=True))
+        out[backend].timed = (window, queue, execution)
 
 
 def _count(condition: Q) -> Sum:

