@@ -223,7 +223,7 @@ def _cross_commit_rows(
     in_window = Q(placed_at__gte=start, placed_at__lt=end, downstream_id__in=backends)
     # The judged jobs' test names as a subquery: the parameter count stays bounded by the
     # judged jobs, never by the failed tests of every other job.
-    names = FailedTest.objects.filter(job_id__in=[row["id"] for row in judged]).values("name")
+    names = FailedTest.objects.filter(job_id__any=[row["id"] for row in judged]).values("name")
     failures: dict[tuple[int, str], list[dict]] = defaultdict(list)
     for row in (
         FailedTest.objects.filter(job__in=Job.objects.filter(in_window), name__in=names)
@@ -371,7 +371,7 @@ def _latest_on(
     backend's jobs on SHAs judged only for others, when many backends are judged at once."""
     shas = {key[2] for key in keys}
     read = LogicalJob.objects.filter(
-        of_keys | Q(head_sha__in=shas, outcome__in=_CROSS_BACKEND_OUTCOMES)
+        of_keys | Q(head_sha__any=shas, outcome__in=_CROSS_BACKEND_OUTCOMES)
     )
     latest = {logical_key(row): row for row in _logical_rows(read)}
     stale = _changed_after(latest, shas, until) if until is not None else set()
@@ -400,7 +400,7 @@ def _changed_after(
     a cancel the layer does not call superseded was not superseded at `until` either)."""
     prs = {row["pr_number"] for row in latest.values() if row["pr_number"]}
     late = set(
-        Job.objects.filter(Q(head_sha__in=shas) | Q(pr_number__in=prs), placed_at__gte=until)
+        Job.objects.filter(Q(head_sha__any=shas) | Q(pr_number__any=prs), placed_at__gte=until)
         .values_list("downstream_id", "pr_number", "head_sha")
         .distinct()
     )
@@ -417,13 +417,13 @@ def _universe(shas: set[str], until: dt.datetime) -> list[dict[str, Any]]:
     """Every attempt on these SHAs and of the PRs they belong to (what decides whether a cancel
     was superseded), placed before `until`."""
     prs = set(
-        Job.objects.filter(head_sha__in=shas)
+        Job.objects.filter(head_sha__any=shas)
         .exclude(pr_number=0)
         .values_list("pr_number", flat=True)
         .distinct()
     )
     return _rows(
-        Job.objects.filter(Q(head_sha__in=shas) | Q(pr_number__in=prs), placed_at__lt=until)
+        Job.objects.filter(Q(head_sha__any=shas) | Q(pr_number__any=prs), placed_at__lt=until)
     )
 
 
@@ -490,12 +490,12 @@ def _references(
         for kind, where in REFERENCE_KINDS.items()
     }
     found = list(
-        Job.objects.filter(id__in=[row["id"] for row in judged])
+        Job.objects.filter(id__any=[row["id"] for row in judged])
         .annotate(**nearest)
         .values_list("id", *nearest)
     )
     ids = {ref for _, *refs in found for ref in refs if ref is not None}
-    read = LogicalJob.objects.filter(id__in=ids)
+    read = LogicalJob.objects.filter(id__any=ids)
     rows = {row["logical_id"]: row for row in _logical_rows(read, _REFERENCE_FIELDS)}
     references = {}
     for job_id, *refs in found:
@@ -509,7 +509,7 @@ def _failed_tests_by_job(wanted: set[int]) -> dict[int, list[dict[str, Any]]]:
     tests_by_job: dict[int, list[dict[str, Any]]] = defaultdict(list)
     if wanted:
         for test in (
-            FailedTest.objects.filter(job_id__in=wanted)
+            FailedTest.objects.filter(job_id__any=wanted)
             .order_by("job_id", "id")
             .values("job_id", "classname", "name", "message")
         ):

@@ -16,8 +16,10 @@ Django registers each one when it imports this package:
 - `checks`: `CheckRunMirror`, `GateCheck`, `OncallComment`, `RerunRequest`
 - `notifications`: `NotificationTarget`, `Notification`
 - `derived`: `LogicalJob`, `DailyRollup` (and `OutcomeClass`); `sql`: the callback path's SQL
+- `lookups`: `__any`, a list lookup sent to PostgreSQL as one array
 """
 
+import hud.models.lookups  # noqa: F401  (registers `__any`)
 from hud.models.accounts import BackendMaintainer
 from hud.models.backends import (
     AllowlistImport,

@@ -87,7 +87,7 @@ def on_shas(keys: Iterable[tuple[int, str, str]]) -> Q:
         shas_of[(backend, event_type)].add(sha)
     rows = Q(pk__in=[])
     for (backend, event_type), shas in sorted(shas_of.items()):
-        rows |= Q(downstream_id=backend, event_type=event_type, head_sha__in=shas)
+        rows |= Q(downstream_id=backend, event_type=event_type, head_sha__any=shas)
     return rows
 
 
