@@ -1,4 +1,4 @@
-"""Rows of a query as the database driver returns them."""
+"""Rows of a query as the database driver returns them, and float columns per group as arrays."""
 
 from __future__ import annotations
 
