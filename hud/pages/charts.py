@@ -2,7 +2,7 @@
 
 Figures are plain plotly.js JSON (`data` + `layout` dicts), built directly: no figure objects,
 no per-request validation or deep copies (issue 14). The templates embed them with
-`json_script` and draw them with the plotly.js served from static (no CDN). Colours are
+`chart_json` (hud_format) and draw them with the plotly.js served from static (no CDN). Colours are
 Okabe–Ito, so they stay distinct for colour-blind readers; every trace also has a name in the
 legend. tests/pages/test_charts.py checks each figure against plotly's own validator.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,14 +55,27 @@ PANEL_HEIGHT = 150
 SMALL_COUNT = 6
 
 
+# Value types JSON takes as they are; with floats, a list needs only its NaN/inf made null.
+_PLAIN = frozenset({str, int, bool, type(None)})
+_NUMBERS = _PLAIN | {float}
+
+
 def _clean(value: Any) -> Any:
     if value is None or isinstance(value, (str, int)):  # most of a figure (bool is an int)
         return value
     if isinstance(value, float):
-        return None if math.isnan(value) or math.isinf(value) else value
+        return value if math.isfinite(value) else None
+    if value is PLOTLY_WHITE:  # plain JSON already, and the largest part of every layout
+        return value
     if isinstance(value, dict):
         return {key: _clean(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
+        # A trace's x/y/customdata lists: one look at their types instead of a call per value.
+        kinds = set(map(type, value))
+        if kinds <= _PLAIN:
+            return list(value)
+        if kinds <= _NUMBERS:
+            return [v if type(v) is not float or math.isfinite(v) else None for v in value]
         return [_clean(item) for item in value]
     if hasattr(value, "item"):  # a numpy scalar
         return _clean(value.item())
@@ -70,7 +83,7 @@ def _clean(value: Any) -> Any:
 
 
 def figure_json(figure: Figure) -> dict[str, Any]:
-    """A figure as plain JSON data (NaN → null, numpy → Python), ready for `json_script`."""
+    """A figure as plain JSON data (NaN → null, numpy → Python), ready for `chart_json`."""
     return _clean(figure)
 
 
@@ -359,11 +372,17 @@ def _backends(daily: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(daily["downstream"])) if not daily.empty else []
 
 
-def _by_backend(daily: pd.DataFrame) -> Iterator[tuple[int, str, pd.DataFrame]]:
-    """(panel number, backend, its rows) in the order `_backends` gives, in one pass."""
-    groups = daily.groupby("downstream", sort=False)
-    for index, (name, rows) in enumerate(groups, start=1):
-        yield index, name, rows
+def _by_backend(daily: pd.DataFrame) -> Iterator[tuple[int, str, Callable[[list], list]]]:
+    """(panel number, backend, what cuts its values out of a whole column's list) in the order
+    `_backends` gives: each column is converted once for every backend, then cut into panels
+    (a sub-frame per backend and its columns cost more than the panels' values)."""
+    positions = daily.groupby("downstream", sort=False).indices
+    for index, name in enumerate(_backends(daily), start=1):
+
+        def cut(values: list, rows=positions[name]) -> list:
+            return [values[i] for i in rows]
+
+        yield index, name, cut
 
 
 def backends_pass_rate_figure(daily: pd.DataFrame) -> Figure:
@@ -372,16 +391,10 @@ def backends_pass_rate_figure(daily: pd.DataFrame) -> Figure:
     if not has_data(daily):
         return _no_data(title)
     figure = _panels(_backends(daily), title)
-    # Each column converted once for every backend, then cut into their panels.
     days, rates, counts = _days(daily), _percent(daily["pass_rate"]), daily["n"].tolist()
     high, low = _band_bounds(daily)
     symbols = ["circle" if ok else "circle-open" for ok in daily["sufficient"].astype(bool)]
-    for index, name, rows in _by_backend(daily):
-        positions = daily.index.get_indexer(rows.index)
-
-        def cut(values: list, positions=positions) -> list:
-            return [values[i] for i in positions]
-
+    for index, name, cut in _by_backend(daily):
         _add(figure, _band_trace(cut(days), cut(high), cut(low)), index)
         _add(
             figure,
@@ -413,18 +426,20 @@ def backends_count_figure(daily: pd.DataFrame, column: str) -> Figure:
         return _no_data(title)
     figure = _panels(_backends(daily), title)
     colour = FAILURE_COLOUR if column == "failures" else SUCCESS_COLOUR
-    for index, name, rows in _by_backend(daily):
+    days, counts = _days(daily), daily[column].tolist()
+    for index, name, cut in _by_backend(daily):
+        values = cut(counts)
         _add(
             figure,
             _trace(
                 "bar",
-                x=_days(rows),
-                y=rows[column].tolist(),
+                x=cut(days),
+                y=values,
                 name=name,
                 marker={"color": colour},
                 hovertemplate="%{y}<extra>" + name + "</extra>",
             ),
             index,
         )
-        _update_yaxis(figure, index, **count_axis(float(rows[column].max())))
+        _update_yaxis(figure, index, **count_axis(float(max(values))))
     return figure

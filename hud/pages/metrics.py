@@ -79,5 +79,6 @@ def metrics_page(
             "failures": charts.figure_json(charts.backends_count_figure(daily, "failures")),
             "runs": charts.figure_json(charts.backends_count_figure(daily, "runs")),
         },
-        rows=daily_records(daily),
+        # The table of numbers is shown for one backend; all of them are in the exports.
+        rows=daily_records(daily) if selected is not None else [],
     )

@@ -2,12 +2,13 @@
 times.
 
 Everything goes through `_html` (`format_html`'s escaping), so data is escaped; nothing is
-marked safe unescaped.
+marked safe unescaped (a chart's JSON is escaped for its script element, as `json_script`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 from html import escape
 from typing import Any
 
@@ -351,6 +352,24 @@ def _number(value: float | None, unit: str) -> str:
     if unit in ("days", "count"):
         return f"{value:g}"
     return f"{value:.4g}"
+
+
+# `json_script`'s escapes, so the JSON cannot end its <script> element or start markup.
+_SCRIPT_ESCAPES = (("&", "\\u0026"), ("<", "\\u003C"), (">", "\\u003E"))
+
+
+@register.filter
+def chart_json(figure: dict[str, Any], element_id: str) -> SafeString:
+    """Django's `json_script` for a figure from `charts.figure_json`: the same escapes, made
+    with `str.replace` where `json_script` uses a per-character `str.translate` (3.8 ms vs
+    0.1 ms for a 115 kB figure; the metrics page carries three of 50 panels), and compact.
+    `allow_nan=False`: `figure_json` already made NaN null, so a NaN here is a bug, not JSON."""
+    text = json.dumps(figure, separators=(",", ":"), allow_nan=False)
+    for char, escaped in _SCRIPT_ESCAPES:
+        text = text.replace(char, escaped)
+    return _html(
+        '<script id="{}" type="application/json">{}</script>', element_id, SafeString(text)
+    )
 
 
 @register.filter

@@ -4,6 +4,7 @@ import datetime as dt
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -148,3 +149,44 @@ def test_every_figure_is_valid_plotly_js_json():
         checked = json.loads(go.Figure(data).to_json())
         assert checked["data"] == data["data"]
         assert checked["layout"] == data["layout"]
+
+
+def test_figure_json_makes_every_nan_and_infinity_null_and_numpy_plain():
+    figure = {
+        "data": [
+            {"x": ["a", "b", None], "y": [1.5, math.nan, 2, None, math.inf], "flags": [True, 3]},
+            {"y": (np.float64("nan"), np.int64(4), -math.inf), "customdata": [[1.0, math.nan]]},
+        ],
+        "layout": {"template": charts.PLOTLY_WHITE, "height": np.float64(2.5)},
+    }
+
+    data = charts.figure_json(figure)
+
+    assert data["data"][0] == {
+        "x": ["a", "b", None],
+        "y": [1.5, None, 2, None, None],
+        "flags": [True, 3],
+    }
+    assert data["data"][1] == {"y": [None, 4, None], "customdata": [[1.0, None]]}
+    assert type(data["data"][1]["y"][1]) is int
+    assert data["layout"] == {"template": charts.PLOTLY_WHITE, "height": 2.5}
+    assert json.loads(json.dumps(data, allow_nan=False)) == data
+
+
+def test_chart_json_is_json_script_escaped_and_compact():
+    from django.utils.html import json_script
+
+    from hud.templatetags.hud_format import chart_json
+
+    figure = {"data": [{"name": "</script><b>&'\"", "y": [1, None]}], "layout": {"title": "é"}}
+
+    html = chart_json(figure, "chart-x")
+
+    head, tail = '<script id="chart-x" type="application/json">', "</script>"
+    assert html.startswith(head) and html.endswith(tail)
+    body = html[len(head) : -len(tail)]
+    assert not {"<", ">", "&"} & set(body)
+    assert json.loads(body) == figure
+    assert json.loads(json_script(figure, "chart-x")[len(head) : -len(tail)]) == figure
+    with pytest.raises(ValueError):
+        chart_json({"data": [{"y": [math.nan]}]}, "chart-x")
