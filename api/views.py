@@ -208,7 +208,10 @@ class DailyMetrics(APIView):
             [backend] if backend is not None else [b for b in selectors.backends() if b.level >= 2]
         )
         daily = pages.daily_rows(backends, days, clock.now(), events)
-        rows = DailyRowSerializer(pages.daily_records(daily), many=True).data
+        # The records are plain JSON values already; DailyRowSerializer documents them (and
+        # tests/api prove the body equal to its output), where running it over 50 backends'
+        # 30 days took half the request (~24 ms) to hand back the same values.
+        rows = [{**row, "day": row["day"].isoformat()} for row in pages.daily_records(daily)]
         return Response({"count": len(rows), "days": days, "results": rows})
 
 

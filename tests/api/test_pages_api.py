@@ -2,9 +2,11 @@
 
 import csv
 import io
+import json
 
 import pytest
 
+from api.serializers import DailyRowSerializer
 from hud import stats
 from hud.reads import selectors
 from tests.conftest import NOW
@@ -74,6 +76,18 @@ def test_daily_metrics_are_stats_daily_series(client, seeded):
     expected = stats.daily_series(selectors.jobs_frame(start, NOW, [backend.id]), start, NOW)
     assert [r["successes"] for r in body["results"]] == expected["successes"].tolist()
     assert [r["day"] for r in body["results"]] == [str(d) for d in expected["day"]]
+
+
+def test_daily_metrics_body_is_what_its_documented_serializer_gives(client, seeded):
+    for query in ("days=7", "downstream=org/repo&days=3&event_type=push"):
+        body = client.get(f"/api/v1/metrics/daily?{query}").json()
+
+        assert body["count"] == len(body["results"]) > 0
+        fields = set(DailyRowSerializer().fields)
+        assert all(set(row) == fields for row in body["results"])
+        again = DailyRowSerializer(body["results"], many=True).data
+        # As text: 3 and 3.0 are equal in Python, not on the wire.
+        assert json.dumps(body["results"]) == json.dumps(again)
 
 
 def test_daily_metrics_csv_and_event_type_filter(client, seeded):
