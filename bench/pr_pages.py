@@ -60,9 +60,9 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile one request each")
     args = parser.parse_args()
     _setup_django()
-    from django.db import connection
     from django.test import Client
-    from django.test.utils import CaptureQueriesContext
+
+    from bench.pages import sql_time
 
     client = Client()
     print("| page | p50 / p95 ms | SQL p50 ms | queries |\n|---|---|---|---|")
@@ -76,12 +76,12 @@ def main() -> None:
             continue
         latencies, sql, queries = [], [], []
         for _ in range(args.repeat):
-            with CaptureQueriesContext(connection) as captured:
+            with sql_time() as spent:
                 began = time.perf_counter()
                 client.get(url)
                 latencies.append((time.perf_counter() - began) * 1000)
-            sql.append(sum(float(q["time"]) for q in captured.captured_queries) * 1000)
-            queries.append(len(captured))
+            sql.append(spent.seconds * 1000)
+            queries.append(spent.statements)
         latencies.sort()
         p95 = latencies[round(0.95 * (len(latencies) - 1))]
         print(
