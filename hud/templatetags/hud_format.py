@@ -13,6 +13,7 @@ from html import escape
 from typing import Any
 
 from django import template
+from django.core.serializers.json import DjangoJSONEncoder
 from django.template.defaultfilters import truncatechars, urlencode
 from django.utils.safestring import SafeString
 
@@ -363,8 +364,9 @@ def chart_json(figure: dict[str, Any], element_id: str) -> SafeString:
     """Django's `json_script` for a figure from `charts.figure_json`: the same escapes, made
     with `str.replace` where `json_script` uses a per-character `str.translate` (3.8 ms vs
     0.1 ms for a 115 kB figure; the metrics page carries three of 50 panels), and compact.
-    `allow_nan=False`: `figure_json` already made NaN null, so a NaN here is a bug, not JSON."""
-    text = json.dumps(figure, separators=(",", ":"), allow_nan=False)
+    `allow_nan=False`: `figure_json` already made NaN null, so a NaN here is a bug, not JSON.
+    Dates, times and decimals are written as `json_script` writes them (`DjangoJSONEncoder`)."""
+    text = json.dumps(figure, separators=(",", ":"), allow_nan=False, cls=DjangoJSONEncoder)
     for char, escaped in _SCRIPT_ESCAPES:
         text = text.replace(char, escaped)
     return _html(

@@ -190,3 +190,23 @@ def test_chart_json_is_json_script_escaped_and_compact():
     assert json.loads(json_script(figure, "chart-x")[len(head) : -len(tail)]) == figure
     with pytest.raises(ValueError):
         chart_json({"data": [{"y": [math.nan]}]}, "chart-x")
+
+
+def test_chart_json_writes_dates_and_decimals_as_json_script_does():
+    from decimal import Decimal
+
+    from django.utils.html import json_script
+
+    from hud.templatetags.hud_format import chart_json
+
+    figure = {"data": [{"x": [dt.date(2026, 12, 6)], "y": [Decimal("0.5")]}]}
+    head, tail = '<script id="c" type="application/json">', "</script>"
+
+    ours, django = chart_json(figure, "c"), json_script(figure, "c")
+
+    assert json.loads(ours.removeprefix(head).removesuffix(tail)) == {
+        "data": [{"x": ["2026-12-06"], "y": ["0.5"]}]
+    }
+    assert json.loads(ours.removeprefix(head).removesuffix(tail)) == json.loads(
+        django.removeprefix(head).removesuffix(tail)
+    )
