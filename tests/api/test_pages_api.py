@@ -7,7 +7,7 @@ import json
 import pytest
 
 from api.serializers import DailyRowSerializer
-from hud import stats
+from hud import pages, stats
 from hud.reads import selectors
 from tests.conftest import NOW
 from tests.pages.conftest import DAY, seed_all
@@ -78,16 +78,24 @@ def test_daily_metrics_are_stats_daily_series(client, seeded):
     assert [r["day"] for r in body["results"]] == [str(d) for d in expected["day"]]
 
 
-def test_daily_metrics_body_is_what_its_documented_serializer_gives(client, seeded):
-    for query in ("days=7", "downstream=org/repo&days=3&event_type=push"):
-        body = client.get(f"/api/v1/metrics/daily?{query}").json()
+@pytest.mark.parametrize(
+    ("query", "names", "days", "events"),
+    [
+        ("days=7", ["other/accel", "org/repo"], 7, None),
+        ("downstream=org/repo&days=3&event_type=push", ["org/repo"], 3, ("push",)),
+    ],
+)
+def test_daily_metrics_body_is_what_its_documented_serializer_gives(
+    client, seeded, query, names, days, events
+):
+    body = client.get(f"/api/v1/metrics/daily?{query}").json()
 
-        assert body["count"] == len(body["results"]) > 0
-        fields = set(DailyRowSerializer().fields)
-        assert all(set(row) == fields for row in body["results"])
-        again = DailyRowSerializer(body["results"], many=True).data
-        # As text: 3 and 3.0 are equal in Python, not on the wire.
-        assert json.dumps(body["results"]) == json.dumps(again)
+    backends = [selectors.backend(name) for name in names]
+    daily = pages.daily_rows(backends, days, NOW, events)
+    expected = DailyRowSerializer(pages.daily_records(daily), many=True).data
+    assert body["count"] == len(body["results"]) == days * len(names)
+    # As text: 3 and 3.0 are equal in Python, not on the wire.
+    assert json.dumps(body["results"]) == json.dumps(expected)
 
 
 def test_daily_metrics_csv_and_event_type_filter(client, seeded):
