@@ -29,7 +29,8 @@ Where each figure lives (every public name is re-exported here, so `stats.X` is 
 
 from hud.stats.daily import (
     DAILY_COLUMNS,
-    daily_frame,
+    DURATION_COLUMNS,
+    daily_columns,
     daily_series,
     day_index,
 )
@@ -135,6 +136,7 @@ __all__ = [
     "CONCLUSION_OUTCOMES",
     "COUNTED",
     "DAILY_COLUMNS",
+    "DURATION_COLUMNS",
     "DEFAULT_MIN_N",
     "DEFAULT_STUCK_AFTER",
     "EXCLUDED",
@@ -167,7 +169,7 @@ __all__ = [
     "coerce_jobs_frame",
     "combine_prepared",
     "compute_metric",
-    "daily_frame",
+    "daily_columns",
     "daily_series",
     "day_clustered_proportion",
     "day_index",

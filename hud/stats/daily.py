@@ -56,15 +56,12 @@ def daily_series(
     # a crosstab and a grouped aggregation cost a backend page ~5 ms more (at 1M: 9.0 → 3.4).
     on_day = _day_positions(days, classified["placed_at"])
     outcomes = classified["outcome"].to_numpy()
-    tally = pd.DataFrame(
-        {
-            outcome: np.bincount(on_day[outcomes == outcome], minlength=len(days) + 1)[1:]
-            for outcome in COUNTED
-        },
-        index=days,
-    )
-    timed = df.timed
-    return daily_frame(days, tally, _durations(days, timed), min_n=min_n)
+    counts = {
+        outcome: np.bincount(on_day[outcomes == outcome], minlength=len(days) + 1)[1:]
+        for outcome in COUNTED
+    }
+    columns = daily_columns(counts, _durations(days, df.timed), min_n=min_n)
+    return pd.DataFrame({"day": [day.date() for day in days], **columns})
 
 
 def _day_positions(days: pd.DatetimeIndex, times: pd.Series) -> np.ndarray:
@@ -77,7 +74,7 @@ def _day_positions(days: pd.DatetimeIndex, times: pd.Series) -> np.ndarray:
     return np.where((positions >= 0) & (positions < len(days)), positions + 1, 0)
 
 
-def _durations(days: pd.DatetimeIndex, timed: pd.DataFrame) -> pd.DataFrame:
+def _durations(days: pd.DatetimeIndex, timed: pd.DataFrame) -> dict[str, np.ndarray]:
     """Per day of `days`: runs, and the mean and median execution and end-to-end seconds of the
     timed attempts placed on it (NaN where none is known)."""
     on_day = _day_positions(days, timed["placed_at"])
@@ -88,64 +85,53 @@ def _durations(days: pd.DatetimeIndex, timed: pd.DataFrame) -> pd.DataFrame:
     bounds = np.searchsorted(on_day[order], np.arange(1, len(days) + 2))
     rows_of_day = [order[first:last] for first, last in itertools.pairwise(bounds)]
 
-    def means_and_medians(values: np.ndarray) -> tuple[list[float], list[float]]:
+    def means_and_medians(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         known = [values[rows][~np.isnan(values[rows])] for rows in rows_of_day]
         return (
-            [day.mean() if len(day) else np.nan for day in known],
-            [np.median(day) if len(day) else np.nan for day in known],
+            np.array([day.mean() if len(day) else np.nan for day in known], dtype=float),
+            np.array([np.median(day) if len(day) else np.nan for day in known], dtype=float),
         )
 
     mean_execution, p50_execution = means_and_medians(execution)
     mean_end_to_end, p50_end_to_end = means_and_medians(e2e)
-    return pd.DataFrame(
-        {
-            "runs": runs,
-            "mean_execution_seconds": mean_execution,
-            "p50_execution_seconds": p50_execution,
-            "mean_end_to_end_seconds": mean_end_to_end,
-            "p50_end_to_end_seconds": p50_end_to_end,
-        },
-        index=days,
-    )
+    return {
+        "runs": runs.astype(np.int64),
+        "mean_execution_seconds": mean_execution,
+        "p50_execution_seconds": p50_execution,
+        "mean_end_to_end_seconds": mean_end_to_end,
+        "p50_end_to_end_seconds": p50_end_to_end,
+    }
 
 
-def daily_frame(
-    days: pd.Index,
-    tally: pd.DataFrame,
-    durations: pd.DataFrame,
+DURATION_COLUMNS = DAILY_COLUMNS[-5:]  # runs, then the means and medians in seconds
+
+
+def daily_columns(
+    counts: dict[str, np.ndarray],
+    durations: dict[str, np.ndarray],
     *,
     min_n: int = DEFAULT_MIN_N,
-) -> pd.DataFrame:
-    """The rows of `daily_series` from per-day outcome counts (columns `COUNTED`; superseded
-    and excluded ones are not counted) and per-day durations (runs, means and medians), both
-    indexed by `days`.
+) -> dict[str, np.ndarray]:
+    """The columns of `daily_series` but `day`, in its order, from per-day arrays: the counts
+    of each counted outcome (`COUNTED`; superseded and excluded ones are not counted) and the
+    durations (`DURATION_COLUMNS`: runs, and NaN where no time is known).
 
-    `days` is the UTC midnights, or a MultiIndex whose last level is, such as (backend, day):
-    its other levels become the first columns, so many series are built in one pass.
-    """
+    Many series are built in one pass when the arrays hold one row per (backend, day)."""
     # Each day is a single cluster: its pass rate has the plain Wilson interval (of the
     # counted jobs, `OutcomeCounts.counted`), computed for every row at once.
-    tally = tally.reindex(index=days, columns=list(COUNTED), fill_value=0).astype("int64")
-    durations = durations.reindex(days)
-    successes, failures, timed_out, cancelled = (tally[column].to_numpy() for column in COUNTED)
+    successes, failures, timed_out, cancelled = (
+        np.asarray(counts[outcome], dtype=np.int64) for outcome in COUNTED
+    )
     counted = successes + failures + timed_out + cancelled
     low, high = wilson_intervals(successes, counted)
-    out = pd.DataFrame(
-        {
-            "day": [day.date() for day in days.get_level_values(-1)],
-            "pass_rate": np.where(counted > 0, successes / np.maximum(counted, 1), np.nan),
-            "low": low,
-            "high": high,
-            "n": counted,
-            "sufficient": (counted > 0) & (counted >= min_n),
-            "successes": successes,
-            "failures": counted - successes,
-            "timed_out": timed_out,
-        }
-    )
-    durations = durations.reset_index(drop=True).fillna({"runs": 0}).astype({"runs": "int64"})
-    out = pd.concat([out, durations], axis=1)[DAILY_COLUMNS]
-    if days.nlevels == 1:
-        return out
-    keys = days.to_frame(index=False).iloc[:, :-1]
-    return pd.concat([keys, out], axis=1)
+    return {
+        "pass_rate": np.where(counted > 0, successes / np.maximum(counted, 1), np.nan),
+        "low": low,
+        "high": high,
+        "n": counted,
+        "sufficient": (counted > 0) & (counted >= min_n),
+        "successes": successes,
+        "failures": counted - successes,
+        "timed_out": timed_out,
+        **{column: durations[column] for column in DURATION_COLUMNS},
+    }

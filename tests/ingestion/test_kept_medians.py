@@ -100,8 +100,8 @@ def test_a_read_takes_again_only_the_days_written_to_since(frozen_clock):
     asked = []
     real = rollups._median_rows
 
-    def spy(timed):
-        rows = real(timed)
+    def spy(wanted, end, events):
+        rows = real(wanted, end, events)
         asked.append(sorted(day for _, day, _, _ in rows))
         return rows
 
