@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 import pandas as pd
 from django.conf import settings
+from django.db import connection
 from django.db.models import Count, Exists, Max, OuterRef, Prefetch, Q, QuerySet, Subquery
 
 from hud import stats
@@ -23,6 +24,7 @@ from hud.models import (
     Level,
     LogicalJob,
     PromotionRequest,
+    sql,
 )
 from hud.reads.rows import driver_rows
 
@@ -139,9 +141,29 @@ def backends(include_delisted: bool = False) -> QuerySet[Downstream]:
     return queryset.order_by("-level", "full_name")
 
 
+# `backends()`'s row for one name, written out: every page and API read of a backend starts
+# here, and building the queryset cost three times its SQL (~0.7 ms of 1 ms).
+_BACKEND = (
+    f"SELECT {', '.join(sql.DOWNSTREAM_COLUMNS)}, (SELECT placed_at FROM {Job._meta.db_table}"
+    " WHERE downstream_id = d.id ORDER BY placed_at DESC LIMIT 1)"
+    f" FROM {Downstream._meta.db_table} d WHERE LOWER(full_name) = %s"
+)
+
+
 def backend(full_name: str) -> Downstream | None:
-    """One backend by owner/repo (any case)."""
-    return backends(include_delisted=True).filter(full_name__iexact=full_name).first()
+    """One backend by owner/repo (any case), delisted or not, with its `last_result_at`."""
+    with connection.cursor() as cursor:
+        cursor.execute(_BACKEND, [full_name.lower()])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    found = sql.instance(Downstream, sql.DOWNSTREAM_COLUMNS, row[:-1])
+    last = row[-1]
+    # SQLite gives an expression's time as the text it stores (UTC).
+    found.last_result_at = sql.aware(
+        dt.datetime.fromisoformat(last) if isinstance(last, str) else last
+    )
+    return found
 
 
 # Attempts of a logical job can straddle a window's start; loading a margin before it lets
