@@ -368,7 +368,8 @@ def test_daily_series_from_rollups_equals_the_one_from_attempts(backend, frozen_
     report(backend, "completed", "skipped", sha=SHA_B, job_name="docs")
     start, end = NOW.replace(hour=0) - dt.timedelta(days=1), frozen_clock.advance(minutes=1)
 
-    from_rollups = rollups.daily_table([backend.id], start, end).drop(columns="downstream_id")
+    from_rollups = pd.DataFrame(rollups.daily_table([backend.id], start, end))
+    from_rollups = from_rollups.drop(columns="downstream_id")
 
     from_attempts = stats.daily_series(selectors.jobs_frame(start, end), start, end)
     pd.testing.assert_frame_equal(from_rollups, from_attempts, check_dtype=False)

@@ -46,7 +46,7 @@ def _table_equals_the_attempts(backend) -> None:
     start = (end - dt.timedelta(days=DAYS - 1)).replace(hour=0, minute=0, second=0)
     frame = selectors.jobs_frame(start, end)
     for events in (None, ("pull_request",)):
-        table = rollups.daily_table([backend.id], start, end, events)
+        table = pd.DataFrame(rollups.daily_table([backend.id], start, end, events))
         expected = stats.daily_series(frame, start, end)
         pd.testing.assert_frame_equal(
             table.drop(columns="downstream_id"), expected, check_dtype=False
