@@ -6,11 +6,12 @@ heavy case (10 % of failing jobs report 200-400 distinct failed tests), with the
 dispatches and failed tests that go with them. Then it requests every HUD page in-process
 (Django test client, DEBUG off) and reports p50/p95 latency and the share spent in SQL.
 
-    .venv/bin/python bench/pages.py                       # fill (if needed) and measure both
-    .venv/bin/python bench/pages.py --refill --repeat 20
+    .venv/bin/python bench/pages.py                       # fill (if needed) and measure all
+    .venv/bin/python bench/pages.py --refill --rounds 5 --repeat 5
     BENCH_PG=postgres://postgres@127.0.0.1:5432 .venv/bin/python bench/pages.py
 
-Each size runs in its own subprocess, because Django reads DATABASE_URL once at start-up.
+Each size runs in its own subprocess, because Django reads DATABASE_URL once at start-up; the
+sizes take turns for `--rounds` rounds and each page's samples are pooled.
 """
 
 from __future__ import annotations
@@ -284,13 +285,13 @@ def sql_time() -> Iterator[SqlTime]:
         yield spent
 
 
-def measure(repeat: int) -> dict[str, dict[str, float]]:
-    """p50/p95 latency (ms) and SQL share of each page over `repeat` warm requests."""
+def measure(repeat: int) -> dict[str, dict[str, list[float]]]:
+    """Each page's latency (ms), SQL share and statement count over `repeat` warm requests."""
     from django.core.cache import cache
     from django.test import Client
 
     client = Client()
-    results = {}
+    samples = {}
     for name, url in pages().items():
         assert client.get(url).status_code == 200, url  # warm caches and the plan cache
         latencies, sql_shares, query_counts = [], [], []
@@ -306,14 +307,23 @@ def measure(repeat: int) -> dict[str, dict[str, float]]:
             latencies.append(elapsed * 1000)
             sql_shares.append(sql.seconds / elapsed if elapsed else 0.0)
             query_counts.append(sql.statements)
-        latencies.sort()
-        results[name] = {
-            "p50_ms": statistics.median(latencies),
-            "p95_ms": latencies[min(len(latencies) - 1, round(0.95 * (len(latencies) - 1)))],
-            "sql_share": statistics.median(sql_shares),
-            "queries": statistics.median(query_counts),
+        samples[name] = {
+            "latencies_ms": latencies,
+            "sql_shares": sql_shares,
+            "queries": query_counts,
         }
-    return results
+    return samples
+
+
+def summary(samples: dict[str, list[float]]) -> dict[str, float]:
+    """p50/p95 latency (ms), the median SQL share and statement count of a page's samples."""
+    latencies = sorted(samples["latencies_ms"])
+    return {
+        "p50_ms": statistics.median(latencies),
+        "p95_ms": latencies[min(len(latencies) - 1, round(0.95 * (len(latencies) - 1)))],
+        "sql_share": statistics.median(samples["sql_shares"]),
+        "queries": statistics.median(samples["queries"]),
+    }
 
 
 def child(size: str, refill: bool, repeat: int) -> None:
@@ -340,22 +350,40 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=list(SIZES), help=argparse.SUPPRESS)
     parser.add_argument("--refill", action="store_true", help="drop and refill the databases")
-    parser.add_argument("--repeat", type=int, default=15, help="requests per page (15)")
+    parser.add_argument("--repeat", type=int, default=5, help="requests per page a round (5)")
+    parser.add_argument("--rounds", type=int, default=3, help="turns of every size (3)")
     parser.add_argument("--only", choices=list(SIZES), help="measure one size")
     args = parser.parse_args()
     if args.size:
         child(args.size, args.refill, args.repeat)
         return
-    outputs = {}
-    for size in [args.only] if args.only else list(SIZES):
-        command = [sys.executable, __file__, "--size", size, "--repeat", str(args.repeat)]
-        if args.refill:
-            command.append("--refill")
-        done = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT)
-        sys.stderr.write(done.stderr[-2000:])
-        outputs[size] = json.loads(done.stdout.strip().splitlines()[-1])
+    sizes = [args.only] if args.only else list(SIZES)
+    # Sizes take turns, round after round, and each page's samples of all rounds are pooled:
+    # one size after the other, a slow spell of the VM (its speed swings ~1.5x over minutes)
+    # fell on one size alone and made the 1M / 100k ratio say more about the VM than the code.
+    runs: dict[str, list[dict]] = {size: [] for size in sizes}
+    for round_number in range(args.rounds):
+        for size in sizes:
+            command = [sys.executable, __file__, "--size", size, "--repeat", str(args.repeat)]
+            if args.refill and round_number == 0:
+                command.append("--refill")
+            done = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT)
+            sys.stderr.write(done.stderr[-2000:])
+            runs[size].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    outputs = {size: _pooled(results) for size, results in runs.items()}
     print(json.dumps(outputs, indent=2), file=sys.stderr)
     print(table(outputs))
+
+
+def _pooled(results: list[dict]) -> dict:
+    """One size's rounds as one result: each page's samples together, then summarised."""
+    pooled: dict[str, dict[str, list[float]]] = {}
+    for result in results:
+        for name, samples in result["pages"].items():
+            for key, values in samples.items():
+                pooled.setdefault(name, {}).setdefault(key, []).extend(values)
+    counts = results[0]["counts"]
+    return {"counts": counts, "pages": {name: summary(s) for name, s in pooled.items()}}
 
 
 def table(outputs: dict[str, dict]) -> str:
