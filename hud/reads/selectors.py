@@ -158,11 +158,8 @@ def backend(full_name: str) -> Downstream | None:
     if row is None:
         return None
     found = sql.instance(Downstream, sql.DOWNSTREAM_COLUMNS, row[:-1])
-    last = row[-1]
-    # SQLite gives an expression's time as the text it stores (UTC).
-    found.last_result_at = sql.aware(
-        dt.datetime.fromisoformat(last) if isinstance(last, str) else last
-    )
+    # The subquery's column keeps placed_at's declared type: SQLite's driver gives it naive.
+    found.last_result_at = sql.aware(row[-1])
     return found
 
 
