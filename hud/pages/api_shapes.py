@@ -9,7 +9,6 @@ from hud.models import Downstream
 from hud.pages.backend import backend_summary
 from hud.pages.common import Window
 from hud.pages.overview import SummaryRow
-from hud.reads import selectors
 from hud.stats import Estimate, OutcomeCounts
 
 
@@ -54,10 +53,9 @@ def summary_json(summary: dict[str, Any]) -> dict[str, Any]:
 def backend_stats(backend: Downstream, days: int, now: dt.datetime) -> dict[str, Any]:
     """A backend's window figures as JSON: exactly what its page's stat cards show."""
     window = Window.ending(now, days)
-    frame = selectors.jobs_frame(window.start, window.end, [backend.id])
     return {
         "window_days": days,
         "window_start": window.start.isoformat(),
         "window_end": window.end.isoformat(),
-        **summary_json(backend_summary(frame, window, now)),
+        **summary_json(backend_summary(backend, window, now)),
     }

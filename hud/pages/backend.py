@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from hud import attribution, gates, promotion, stats
-from hud.models import Downstream, LevelOverride
+from hud.models import Downstream, LevelOverride, LogicalJob
 from hud.pages import charts
 from hud.pages.common import (
     NIGHTLY_EVENTS,
@@ -23,11 +23,12 @@ from hud.pages.common import (
     Window,
     backend_states,
     badge_dict,
-    latest_with_status,
+    logical_with_status,
 )
 from hud.pages.matrices import Matrix, MatrixFilters, compact_wanted, matrix
-from hud.reads import selectors
-from hud.reads.gate import gate_jobs
+from hud.pages.metrics import daily_rows
+from hud.reads import gate_counts, logical, selectors
+from hud.reads.window import stuck_counts
 
 if TYPE_CHECKING:
     from hud.promotion import User
@@ -105,9 +106,28 @@ def adjusted_pass_rate(adjusted: dict[str, Any] | None) -> AdjustedPassRate | No
     return AdjustedPassRate(adjusted.get("basis", "raw"), windows, excluded)
 
 
-def backend_summary(frame: stats.Jobs, window: Window, now: dt.datetime) -> dict[str, Any]:
-    """`hud.stats.backend_summary` over the page window, the figures the stat cards show."""
-    return stats.backend_summary(frame, window.start, window.end, now)
+def backend_summary(backend: Downstream, window: Window, now: dt.datetime) -> dict[str, Any]:
+    """What `hud.stats.backend_summary` gives over the page window (ending `now`), the figures
+    the stat cards show, aggregated in SQL over the derived layer: the gate's own counts
+    (`gate_counts.backend_counts`, proven equal to `hud.stats` over every attempt), and the
+    stuck attempts as `/crcr` counts them."""
+    (counts,) = gate_counts.backend_counts(
+        [backend.id], [window.days], window.days, now, flips=True
+    ).values()
+    summary: dict[str, Any] = {
+        name: counts.metric(name, window.start, stats.DEFAULT_MIN_N)
+        for name in stats.METRIC_NAMES
+        if name != "days_of_data"
+    }
+    last = counts.last_result
+    summary |= {
+        "days_of_data": counts.days_of_data(window.start),
+        "counts": counts.outcome_counts(window.start),
+        "stuck_jobs": stuck_counts([backend.id], window.start, window.end, now).get(backend.id, 0),
+        "last_result_at": last,
+        "seconds_since_last_result": None if last is None else (now - last).total_seconds(),
+    }
+    return summary
 
 
 def gate_history(evaluations: Iterable[tuple[dt.date, dict[str, Any]]]) -> pd.DataFrame:
@@ -161,13 +181,19 @@ def backend_page(
     override = selectors.active_overrides([backend.id], now).get(backend.id)
     view = promotion.current_gate(backend, now)
     gate = view.gate
-    # The jobs `jobs_frame(window.start, now)` selects, so `/crcr` shows the same, prepared
-    # from the derived layer (what `stats.prepare` makes of them; tests/pages prove it equal).
-    frame = gate_jobs(backend, (), window.start, now).prepared
-    latest = latest_with_status(frame, now)
+    # The window's logical jobs as the derived layer holds them (as of now, every one is its
+    # row: nothing is prepared per request), and the daily series from the rollups.
+    latest = logical_with_status(
+        logical.latest_frame(
+            LogicalJob.objects.filter(
+                downstream=backend, placed_at__gte=window.start, placed_at__lt=window.end
+            )
+        ),
+        now,
+    )
     events_pr = PR_EVENTS if filters.event_type in (None, *PR_EVENTS) else ()
     events_nightly = NIGHTLY_EVENTS if filters.event_type in (None, *NIGHTLY_EVENTS) else ()
-    daily = stats.daily_series(frame, window.start, window.end)
+    daily = pd.DataFrame(daily_rows([backend], days, now))
     history = gate_history(
         selectors.gate_evaluations(backend.id, (now - dt.timedelta(days=GATE_HISTORY_DAYS)).date())
     )
@@ -180,7 +206,7 @@ def backend_page(
         level=override.level if override else backend.level,
         override=override,
         window=window,
-        summary=backend_summary(frame, window, now),
+        summary=backend_summary(backend, window, now),
         gate=gate,
         gate_behind=view.behind,
         gate_figure=charts.figure_json(charts.gate_history_figure(history))

@@ -110,15 +110,10 @@ def is_stale(last_result_at: dt.datetime | None, usual_gap: float | None, window
     return silence > max(STALE_GAP_FACTOR * usual_gap, STALE_MIN_SECONDS)
 
 
-def latest_with_status(prepared: stats.PreparedJobs, now: dt.datetime) -> pd.DataFrame:
-    """The latest attempt of each logical job with its display status (`cell_status`)."""
-    stuck_ids = set(stats.stuck_jobs(prepared, now)["id"].tolist())
-    return _with_display(prepared.latest, [job_id in stuck_ids for job_id in prepared.latest["id"]])
-
-
 def logical_with_status(latest: pd.DataFrame, now: dt.datetime) -> pd.DataFrame:
-    """`latest_with_status` of a frame read from the derived layer (`hud.reads.logical`):
-    stuck is judged on the latest attempt's own row, as `stats.stuck_jobs` does."""
+    """The latest attempt of each logical job of a frame read from the derived layer
+    (`hud.reads.logical`) with its display status (`cell_status`): stuck is judged on the
+    latest attempt's own row, as `stats.stuck_jobs` does."""
     stuck = [
         stats.is_stuck(status, None if pd.isna(received) else received, placed, now)
         for status, received, placed in zip(

@@ -205,12 +205,22 @@ class BackendCounts:
         if name == "overrun_rate":
             return self.attempts.share(_OVERRUN, _KNOWN, start, end, min_n)
         if name == "days_of_data":
-            return stats.exact_count(self.attempts.days(_ATTEMPTS, start), "days")
+            return stats.exact_count(self.days_of_data(start), "days")
         base, _, stat = name.rpartition("_")
         values = self._durations(base, start)
         if stat == "mean":
             return stats.mean_estimate(values, min_n=min_n)
         return stats.percentile_estimate(values, int(stat[1:]) / 100, min_n=min_n)
+
+    def outcome_counts(self, start: dt.datetime) -> stats.OutcomeCounts:
+        """`stats.outcome_counts(prepared, start, as_of)` from the counts."""
+        return stats.OutcomeCounts.of_classes(
+            {outcome: self.jobs.total(column, start) for column, outcome in enumerate(_OUTCOMES)}
+        )
+
+    def days_of_data(self, start: dt.datetime) -> int:
+        """`stats.days_of_data(prepared, start, as_of)` from the counts."""
+        return self.attempts.days(_ATTEMPTS, start)
 
     def _durations(self, base: str, start: dt.datetime) -> np.ndarray:
         days = round((self.as_of - start).total_seconds() / 86400)

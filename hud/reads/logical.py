@@ -13,6 +13,7 @@ from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from hud import stats
 from hud.models import Downstream, Job, LogicalJob
+from hud.reads.rows import driver_rows
 
 # (frame column, LogicalJob path) in `hud.stats.JOB_COLUMNS` order, then the extras.
 _COLUMNS = (
@@ -46,7 +47,8 @@ def latest_frame(rows: QuerySet[LogicalJob]) -> pd.DataFrame:
     """The logical jobs of `rows` as a latest-attempts frame, ordered by logical job key."""
     columns = [*_COLUMNS, *_EXTRAS]
     order = ["downstream__full_name", *stats.LOGICAL_JOB_KEY[1:]]
-    records = list(rows.order_by(*order).values_list(*(path for _, path in columns)))
+    # Typed once, by `stats.rows_frame`, not first by Django's converters value by value.
+    records = driver_rows(rows.order_by(*order).values_list(*(path for _, path in columns)))
     frame = stats.rows_frame(records, [name for name, _ in columns])
     return frame.astype(
         {"attempts": "int64", "outcome": object, "row_status": object, "downstream_id": "int64"}

@@ -69,7 +69,7 @@ def window_figures(
     counts, spreads = _outcome_counts(downstream_ids, start, end)
     executions = _executions(downstream_ids, start, end)
     recent = _recent_results(downstream_ids, end)
-    stuck = _stuck(downstream_ids, start, end, now)
+    stuck = stuck_counts(downstream_ids, start, end, now)
     return {
         downstream_id: _figures(
             counts.get(downstream_id, {}),
@@ -270,7 +270,7 @@ def _recent_results_portable(
     }
 
 
-def _stuck(
+def stuck_counts(
     downstream_ids: list[int], start: dt.datetime, end: dt.datetime, now: dt.datetime
 ) -> dict[int, int]:
     """Per backend: attempts since `start - FRAME_MARGIN` in progress for longer than

@@ -42,6 +42,18 @@ class OutcomeCounts:
     superseded: int = 0
     excluded: int = 0
 
+    @classmethod
+    def of_classes(cls, tally: Mapping[str, int]) -> OutcomeCounts:
+        """The counts of a tally by outcome class (absent classes count 0)."""
+        return cls(
+            successes=int(tally.get(SUCCESS, 0)),
+            failures=int(tally.get(FAILURE, 0)),
+            timed_out=int(tally.get(TIMED_OUT, 0)),
+            cancelled=int(tally.get(CANCELLED, 0)),
+            superseded=int(tally.get(SUPERSEDED, 0)),
+            excluded=int(tally.get(EXCLUDED, 0)),
+        )
+
     @property
     def counted(self) -> int:
         """The pass-rate denominator: success, failure, timed_out and unsuperseded cancels."""
@@ -119,12 +131,4 @@ def classify(rows: pd.DataFrame, universe: pd.DataFrame) -> pd.Series:
 
 
 def _counts(outcomes: pd.Series) -> OutcomeCounts:
-    tally = outcomes.value_counts()
-    return OutcomeCounts(
-        successes=int(tally.get(SUCCESS, 0)),
-        failures=int(tally.get(FAILURE, 0)),
-        timed_out=int(tally.get(TIMED_OUT, 0)),
-        cancelled=int(tally.get(CANCELLED, 0)),
-        superseded=int(tally.get(SUPERSEDED, 0)),
-        excluded=int(tally.get(EXCLUDED, 0)),
-    )
+    return OutcomeCounts.of_classes(outcomes.value_counts())

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hud import stats
 from hud.core import clock
 from hud.models import Downstream, Level, LogicalJob
-from hud.pages.common import latest_with_status, logical_with_status
+from hud.pages.common import cell_status, logical_with_status
 from hud.reads import logical, selectors, window
 from hud.reads.window import empty_figures, window_figures
 from tests.conftest import NOW
@@ -117,6 +117,20 @@ def test_a_backend_without_results_has_empty_figures(db):
     assert figures.usual_gap is None
 
 
+def _latest_with_status(prepared: stats.PreparedJobs, now: dt.datetime) -> pd.DataFrame:
+    """`hud.stats`' latest attempts with their display status, stuck as `stats.stuck_jobs`
+    finds the attempts."""
+    stuck = set(stats.stuck_jobs(prepared, now)["id"].tolist())
+    latest = prepared.latest
+    display = [
+        cell_status(status, conclusion, job_id in stuck)
+        for status, conclusion, job_id in zip(
+            latest["status"], latest["conclusion"], latest["id"], strict=True
+        )
+    ]
+    return latest.assign(display=pd.Series(display, index=latest.index, dtype=object))
+
+
 @pytest.mark.django_db
 @settings(max_examples=40, deadline=None)
 @given(st.lists(steps, min_size=10, max_size=40))
@@ -129,7 +143,7 @@ def test_latest_attempts_from_the_layer_equal_hud_stats(script):
 
         derived = logical_with_status(logical.latest_frame(LogicalJob.objects.all()), now)
         prepared = stats.prepare(selectors.jobs_frame(NOW - dt.timedelta(days=60), now))
-        expected = latest_with_status(prepared, now)
+        expected = _latest_with_status(prepared, now)
 
         columns = [*stats.JOB_COLUMNS, "attempts", "outcome", "display"]
         pd.testing.assert_frame_equal(
