@@ -43,12 +43,12 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.functions import Coalesce, TruncDate
+from django.db.models.functions import Coalesce
 
 from hud import gates, stats
 from hud.models import DailyRollup, Downstream, Job, LogicalJob
 from hud.reads.rollups import OUTCOME_COLUMNS
-from hud.reads.rows import float_groups
+from hud.reads.rows import UtcDate, float_groups
 from hud.reads.selectors import FRAME_COLUMNS, FRAME_NAMES
 
 # Shares of logical jobs, shares of attempts, and figures of timed attempts' durations.
@@ -321,7 +321,7 @@ def backend_counts(
     starts.append(as_of - stats.SPREAD_LOOKBACK)
     first = min(starts)
     out = {backend: BackendCounts(as_of, starts) for backend in ids}
-    day = TruncDate("placed_at", tzinfo=dt.UTC)
+    day = UtcDate("placed_at")
     late = _late_case(starts)
     span = Q(downstream_id__in=ids, placed_at__gte=first, placed_at__lt=as_of)
     # Whole days between the first start's and `as_of`'s, on which no window starts, come from
@@ -356,7 +356,7 @@ def backend_counts(
     by_last_row = (
         LogicalJob.objects.filter(last_span)
         .annotate(
-            day=TruncDate("last_placed_at", tzinfo=dt.UTC),
+            day=UtcDate("last_placed_at"),
             late=_late_case(starts, "last_placed_at"),
         )
         .values_list("downstream_id", "day", "late")

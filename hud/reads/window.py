@@ -29,11 +29,11 @@ from dataclasses import dataclass
 import numpy as np
 from django.db import connection
 from django.db.models import Case, Count, F, Q, Sum, Value, When, Window
-from django.db.models.functions import RowNumber, TruncDate
+from django.db.models.functions import RowNumber
 
 from hud import stats
 from hud.models import DailyRollup, Job, LogicalJob
-from hud.reads.rows import float_groups
+from hud.reads.rows import UtcDate, float_groups
 from hud.reads.selectors import FRAME_MARGIN
 
 # The `OutcomeCounts` field of each outcome class.
@@ -125,7 +125,7 @@ def _outcome_counts(
         partial = partial.exclude(_day_range(*whole) & ~_day_range(cut, cut))
     from_jobs = (
         partial.annotate(
-            day=TruncDate("placed_at", tzinfo=dt.UTC),
+            day=UtcDate("placed_at"),
             in_window=Case(When(placed_at__gte=start, then=Value(1)), default=Value(0)),
         )
         .values_list("downstream_id", "day", "in_window", "outcome")
