@@ -31,10 +31,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
+from django.db import connection
 from django.db.models import (
     Case,
-    Count,
-    F,
     IntegerField,
     OuterRef,
     Q,
@@ -43,12 +42,11 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.functions import Coalesce
 
 from hud import gates, stats
 from hud.models import DailyRollup, Downstream, Job, LogicalJob
 from hud.reads.rollups import OUTCOME_COLUMNS
-from hud.reads.rows import UtcDate, float_groups
+from hud.reads.rows import any_sql, driver_rows, float_groups, utc_day_sql
 from hud.reads.selectors import FRAME_COLUMNS, FRAME_NAMES
 
 # Shares of logical jobs, shares of attempts, and figures of timed attempts' durations.
@@ -154,6 +152,8 @@ _NOT_PASSING = (stats.FAILURE, stats.TIMED_OUT, stats.CANCELLED)
 _LAYER = ["downstream_id", *_KEY, "ref", "latest_job_id", "latest_status", "outcome",
           "first_outcome", "attempts", "flake_eligible", "flaky", "placed_at",
           "last_placed_at"]  # fmt: skip
+# Where `_LAYER`'s times are (`driver_rows` gives SQLite's naive).
+_LAYER_TIMES = (_LAYER.index("placed_at"), _LAYER.index("last_placed_at"))
 
 
 @dataclass
@@ -246,7 +246,7 @@ class BackendCounts:
         return dataclasses.replace(self, jobs=jobs)
 
     def _bucket(self, moment: dt.datetime) -> tuple[dt.date, bool]:
-        """The (day, late) bucket of a row placed at `moment`, as `_late_case` tells it."""
+        """The (day, late) bucket of a row placed at `moment`, as `_per_day` tells it."""
         day = moment.astimezone(dt.UTC).date()
         late = any(start.astimezone(dt.UTC).date() == day and moment >= start
                    for start in self.starts)  # fmt: skip
@@ -321,73 +321,30 @@ def backend_counts(
     starts.append(as_of - stats.SPREAD_LOOKBACK)
     first = min(starts)
     out = {backend: BackendCounts(as_of, starts) for backend in ids}
-    day = UtcDate("placed_at")
-    late = _late_case(starts)
     span = Q(downstream_id__in=ids, placed_at__gte=first, placed_at__lt=as_of)
     # Whole days between the first start's and `as_of`'s, on which no window starts, come from
-    # the daily rollups; the others (split at a start, or cut at `as_of`) from the rows.
+    # the daily rollups; the others (split at a start, or cut at `as_of`) from the rows, read
+    # as index ranges of those days (a filter on the span read all of it).
     whole, cut = _split_days(starts, as_of)
-    # The span's part on those days, as index ranges (a filter on the span read all of it).
-    in_parts = Q(downstream_id__in=ids) & _on_days(cut, first, as_of)
     _add_rollups(out, ids, whole)
-    completed = Q(latest_status=Job.Status.COMPLETED)
-    jobs = (
-        LogicalJob.objects.filter(in_parts)
-        .annotate(day=day, late=late)
-        .values_list("downstream_id", "day", "late")
-        .annotate(
-            **{outcome: _count(Q(outcome=outcome)) for outcome in _OUTCOMES},
-            completed=_count(completed),
-            rerun=_count(completed & Q(attempts__gt=1)),
-        )
-        .order_by()
-    )
+    ranges = _day_ranges(cut, first, as_of)
+    jobs = _per_day(_JOB_COUNTS, "placed_at", ids, ranges, starts)
     for backend, when, is_late, *counts in jobs:
         counted = sum(counts[_OUTCOMES.index(outcome)] for outcome in stats.COUNTED)
         out[backend].jobs.add(when, is_late, [*counts, counted])
-    by_last = set(ids if last_rows is None else last_rows)
+    by_last = [backend for backend in ids if last_rows is None or backend in last_rows]
     for backend in ids:
         out[backend].last_rows = backend in by_last
-    last_span = Q(
-        downstream_id__in=[backend for backend in ids if backend in by_last],
-        last_placed_at__gte=first,
-        last_placed_at__lt=as_of,
-    )
-    by_last_row = (
-        LogicalJob.objects.filter(last_span)
-        .annotate(
-            day=UtcDate("last_placed_at"),
-            late=_late_case(starts, "last_placed_at"),
-        )
-        .values_list("downstream_id", "day", "late")
-        .annotate(
-            first_success=_count(Q(first_outcome=stats.SUCCESS)),
-            first_counted=_count(Q(first_outcome__in=stats.COUNTED)),
-            eligible=_count(Q(flake_eligible=True)),
-            flaky=_count(Q(flaky=True)),
-        )
-        .order_by()
-    )
+    by_last_row = _per_day(_LAST_ROW_COUNTS, "last_placed_at", by_last, [(first, as_of)], starts)
     for backend, when, is_late, *counts in by_last_row:
         out[backend].by_last_row.add(when, is_late, counts)
     trunk = Q(event_type="push", ref=stats.TRUNK_REF) | Q(event_type="nightly")
     listed = Q(outcome__in=_NOT_PASSING) | (trunk if flips else Q(pk__in=[]))
-    for job in LogicalJob.objects.filter(span, listed).values(*_LAYER):
+    read = LogicalJob.objects.filter(span, listed).values_list(*_LAYER)
+    for row in driver_rows(read, utc=_LAYER_TIMES):
+        job = dict(zip(_LAYER, row, strict=True))
         out[job["downstream_id"]].track(job, 1)
-    timed = Q(status=Job.Status.COMPLETED) & ~Q(conclusion=Job.Conclusion.SKIPPED)
-    swept = Q(closed_by_sweeper=True)
-    end_to_end = F("execution_seconds") + Coalesce("queue_seconds", Value(0.0))
-    attempts = (
-        Job.objects.filter(in_parts, status=Job.Status.COMPLETED)
-        .annotate(day=day, late=late, end_to_end=end_to_end)
-        .values_list("downstream_id", "day", "late")
-        .annotate(
-            attempts=Count("id"),
-            known=_count(timed & (swept | Q(execution_seconds__isnull=False))),
-            overrun=_count(timed & (swept | Q(end_to_end__gt=stats.OVERRUN_SECONDS))),
-        )
-        .order_by()
-    )
+    attempts = _per_day(_ATTEMPT_COUNTS, "placed_at", ids, ranges, starts)
     for backend, when, is_late, *counts in attempts:
         out[backend].attempts.add(when, is_late, counts)
     _rederive_later(out, ids, as_of)
@@ -408,6 +365,91 @@ def backend_counts(
     return out
 
 
+# The grouped counts `backend_counts` reads, written out: built through the ORM (a conditional
+# Sum per class, the (day, late) CASE), compiling them cost more than the database spent
+# answering. Each is (table, its counted columns as SQL, their parameters), grouped by backend,
+# UTC day and whether a window start's day has the row at or after the start (`_after`).
+_SUM_IF = "SUM(CASE WHEN {} THEN 1 ELSE 0 END)"
+_TIMED_ROW = "status = %s AND NOT (conclusion = %s)"
+_JOB_COUNTS = (
+    LogicalJob._meta.db_table,
+    ", ".join(
+        [_SUM_IF.format("outcome = %s")] * len(_OUTCOMES)
+        + [
+            _SUM_IF.format("latest_status = %s"),
+            _SUM_IF.format("latest_status = %s AND attempts > 1"),
+        ]
+    ),
+    [*_OUTCOMES, Job.Status.COMPLETED, Job.Status.COMPLETED],
+)
+_LAST_ROW_COUNTS = (
+    LogicalJob._meta.db_table,
+    ", ".join(
+        [
+            _SUM_IF.format("first_outcome = %s"),
+            _SUM_IF.format(f"first_outcome IN ({', '.join(['%s'] * len(stats.COUNTED))})"),
+            _SUM_IF.format("flake_eligible"),
+            _SUM_IF.format("flaky"),
+        ]
+    ),
+    [stats.SUCCESS, *stats.COUNTED],
+)
+# Completed attempts (the rows read are those), timed ones with a known overrun flag, overruns:
+# the sweeper's closes count as both (`stats.overrun_flags`).
+_ATTEMPT_COUNTS = (
+    Job._meta.db_table,
+    ", ".join(
+        [
+            "COUNT(id)",
+            _SUM_IF.format(
+                f"{_TIMED_ROW} AND (closed_by_sweeper OR execution_seconds IS NOT NULL)"
+            ),
+            _SUM_IF.format(
+                f"{_TIMED_ROW} AND (closed_by_sweeper"
+                " OR execution_seconds + COALESCE(queue_seconds, 0.0) > %s)"
+            ),
+        ]
+    ),
+    [Job.Status.COMPLETED, Job.Conclusion.SKIPPED] * 2 + [stats.OVERRUN_SECONDS],
+)
+
+
+def _per_day(
+    counts: tuple[str, str, list],
+    column: str,
+    ids: Sequence[int],
+    ranges: Sequence[tuple[dt.datetime, dt.datetime]],
+    starts: Sequence[dt.datetime],
+) -> list[tuple]:
+    """(backend, UTC day, late, *counts) of the rows of `ids` placed (by `column`) in `ranges`:
+    `counts` is `_JOB_COUNTS`, `_LAST_ROW_COUNTS` or `_ATTEMPT_COUNTS`; attempts are the
+    completed ones."""
+    if not ids or not ranges:
+        return []
+    table, columns, params = counts
+    adapt = connection.ops.adapt_datetimefield_value
+    late = " OR ".join([f"({column} >= %s AND {column} < %s)"] * len(starts))
+    late_params = [adapt(moment) for start in starts for moment in (start, _midnight_after(start))]
+    backends, backend_params = any_sql("downstream_id", ids)
+    within = " OR ".join([f"({column} >= %s AND {column} < %s)"] * len(ranges))
+    where = f"{backends} AND ({within})"
+    where_params = [*backend_params, *(adapt(moment) for bounds in ranges for moment in bounds)]
+    if table == Job._meta.db_table:
+        where, where_params = f"{where} AND status = %s", [*where_params, Job.Status.COMPLETED]
+    sql = (
+        f"SELECT downstream_id, {utc_day_sql(column)}, CASE WHEN {late} THEN 1 ELSE 0 END,"
+        f" {columns} FROM {table} WHERE {where} GROUP BY 1, 2, 3"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*late_params, *params, *where_params])
+        rows = cursor.fetchall()
+    # SQLite's date() is ISO text.
+    return [
+        (backend, day if isinstance(day, dt.date) else dt.date.fromisoformat(day), bool(late), *n)
+        for backend, day, late, *n in rows
+    ]
+
+
 def _split_days(
     starts: Sequence[dt.datetime], as_of: dt.datetime
 ) -> tuple[list[dt.date], list[dt.date]]:
@@ -419,16 +461,14 @@ def _split_days(
     return [day for day in days if day not in cut], sorted(cut)
 
 
-def _on_days(days: Sequence[dt.date], low: dt.datetime, high: dt.datetime) -> Q:
-    """Rows placed in [low, high) on any of `days`, as one range per run of consecutive UTC
-    days."""
-    rows = Q(pk__in=[])
-    for first, last in _runs(days):
-        rows |= Q(
-            placed_at__gte=max(low, _midnight(first)),
-            placed_at__lt=min(high, _midnight(last + dt.timedelta(days=1))),
-        )
-    return rows
+def _day_ranges(
+    days: Sequence[dt.date], low: dt.datetime, high: dt.datetime
+) -> list[tuple[dt.datetime, dt.datetime]]:
+    """[start, end) of each run of consecutive UTC days among `days`, within [low, high)."""
+    return [
+        (max(low, _midnight(first)), min(high, _midnight(last + dt.timedelta(days=1))))
+        for first, last in _runs(days)
+    ]
 
 
 def _runs(days: Sequence[dt.date]) -> list[tuple[dt.date, dt.date]]:
@@ -599,22 +639,6 @@ def _read_durations(
     for backend, columns in parts.items():
         window, queue, execution = (np.concatenate(column) for column in zip(*columns, strict=True))
         out[backend].timed = (window, queue, execution)
-
-
-def _count(condition: Q) -> Sum:
-    return Sum(Case(When(condition, then=Value(1)), default=Value(0)), output_field=IntegerField())
-
-
-def _late_case(starts: Sequence[dt.datetime], column: str = "placed_at") -> Case:
-    """True for a row placed (by `column`) on a window start's UTC day at or after it, else
-    False (`_after`)."""
-    cuts = [
-        Q(**{f"{column}__gte": start, f"{column}__lt": _midnight_after(start)}) for start in starts
-    ]
-    return Case(
-        When(functools.reduce(operator.or_, cuts), then=Value(True)),
-        default=Value(False),
-    )
 
 
 def _midnight(day: dt.date) -> dt.datetime:

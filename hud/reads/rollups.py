@@ -22,6 +22,7 @@ from django.db import connection
 
 from hud import stats
 from hud.models import DailyRollup, Job
+from hud.reads.rows import any_sql
 
 # The daily rollup's column of each outcome class.
 OUTCOME_COLUMNS = {
@@ -136,23 +137,15 @@ _MEDIAN_VALUES_SQL = (
 )
 
 
-def _any(column: str, values: Iterable) -> tuple[str, list]:
-    """`column` is one of `values`: one array parameter on PostgreSQL (hud.models.lookups)."""
-    values = list(values)
-    if connection.vendor == "postgresql":
-        return f"{column} = ANY(%s)", [values]
-    return f"{column} IN ({', '.join(['%s'] * len(values))})", values
-
-
 def _rollup_filter(
     downstream_ids: list[int], first: dt.date, last: dt.date, events: list[str] | None
 ) -> tuple[str, list]:
     """The WHERE clause of a daily table's rollup rows, and its parameters."""
-    backends, params = _any("downstream_id", downstream_ids)
+    backends, params = any_sql("downstream_id", downstream_ids)
     where = f"day >= %s AND day <= %s AND {backends}"
     params = [first, last, *params]
     if events is not None:
-        kinds, more = _any("event_type", events)
+        kinds, more = any_sql("event_type", events)
         where, params = f"{where} AND {kinds}", params + more
     return where, params
 
@@ -215,13 +208,13 @@ def _median_rows(
     adapt = connection.ops.adapt_datetimefield_value
     days, params = [], []
     for day, backends in sorted(wanted.items()):
-        of_backends, more = _any("downstream_id", backends)
+        of_backends, more = any_sql("downstream_id", backends)
         days.append(f"(placed_at >= %s AND placed_at < %s AND {of_backends})")
         params += [adapt(_midnight(day)), adapt(_midnight(day) + _DAY), *more]
     where = f"{_TIMED} AND placed_at < %s AND ({' OR '.join(days)})"
     params = [adapt(end), *params]
     if events is not None:
-        kinds, more = _any("event_type", events)
+        kinds, more = any_sql("event_type", events)
         where, params = f"{where} AND {kinds}", params + more
     postgresql = connection.vendor == "postgresql"
     with connection.cursor() as cursor:

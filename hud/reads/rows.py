@@ -1,11 +1,11 @@
 """Rows of a query as the database driver returns them, float columns per group as arrays, and
-the UTC day of a time column in the database's own function."""
+the pieces of written-out statements: a column among values, the UTC day of a time column."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 import numpy as np
 from django.db import connection
@@ -87,4 +87,20 @@ class UtcDate(TruncDate):
 
     def as_sqlite(self, compiler, connection, **extra_context):
         sql, params = compiler.compile(self.lhs)
-        return f"date({sql})", params
+        return utc_day_sql(sql), params
+
+
+def utc_day_sql(column: str) -> str:
+    """SQL of the UTC day (a date) of a time column, as `UtcDate` compiles it."""
+    if connection.vendor == "sqlite":
+        return f"date({column})"
+    return f"({column} AT TIME ZONE 'UTC')::date"
+
+
+def any_sql(column: str, values: Iterable) -> tuple[str, list]:
+    """SQL of `column` being one of `values`, and its parameters: one array parameter on
+    PostgreSQL (hud.models.lookups), a placeholder per value elsewhere."""
+    values = list(values)
+    if connection.vendor == "postgresql":
+        return f"{column} = ANY(%s)", [values]
+    return f"{column} IN ({', '.join(['%s'] * len(values))})", values
