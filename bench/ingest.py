@@ -872,7 +872,7 @@ def main() -> int:
                 f"{size} failed tests: ingest {best['http']:.1f} callbacks/s, "
                 f"floor {best['floor']:.1f} callbacks/s"
             )
-            print(f"ingest/floor ratio: {best['http'] / best['floor']:.2f}  ({size} failed tests)")
+            print(f"ingest/floor ratio: {best['http'] / best['floor']:.2f} ({size} failed tests)")
         latency = measure_visibility(base, issuer, args.latency_samples)
         print(
             f"answer → visible in GET /api/v1/jobs: {summary(latency['api'])}; reads needed: "
