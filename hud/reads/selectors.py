@@ -81,15 +81,21 @@ def jobs_with_failed_tests(queryset: QuerySet[Job]) -> QuerySet[Job]:
 
 
 def on_shas(keys: Iterable[tuple[int, str, str]]) -> Q:
-    """Rows (jobs or logical jobs) of each (backend id, event type, head SHA) of `keys`: one
-    range of the (downstream_id, event_type, head_sha, ...) index per backend and event type;
-    none for no keys."""
+    """Rows (jobs or logical jobs) of each (backend id, event type, head SHA) of `keys`: per
+    event type and set of SHAs, the backends that ran exactly those (ranges of the
+    (downstream_id, event_type, head_sha, ...) index); none for no keys.
+
+    Backends that ran the same SHAs share one term: on a PR's or a commit's page every backend
+    usually did, and fifty terms of one backend each cost more to compile than to answer."""
     shas_of: dict[tuple[int, str], set[str]] = defaultdict(set)
     for backend, event_type, sha in keys:
         shas_of[(backend, event_type)].add(sha)
-    rows = Q(pk__in=[])
+    backends_of: dict[tuple[str, frozenset[str]], list[int]] = defaultdict(list)
     for (backend, event_type), shas in sorted(shas_of.items()):
-        rows |= Q(downstream_id=backend, event_type=event_type, head_sha__any=shas)
+        backends_of[(event_type, frozenset(shas))].append(backend)
+    rows = Q(pk__in=[])
+    for (event_type, shas), backends in backends_of.items():
+        rows |= Q(downstream_id__any=backends, event_type=event_type, head_sha__any=sorted(shas))
     return rows
 
 
