@@ -55,34 +55,37 @@ def gate_rule() -> str:
 
 
 def _expected_names(
-    downstream_id: int, event_types: set[str], head_sha: str, now: dt.datetime
-) -> set[tuple[str, str]]:
-    """The (workflow, job) names a backend ran on its recent commits of these event types."""
+    rows_of: dict[int, list[Dispatch]], head_sha: str, now: dt.datetime
+) -> dict[int, set[tuple[str, str]]]:
+    """Per backend, the (workflow, job) names it ran on its recent commits of the event types
+    it was dispatched for (`rows_of`: backend id → its dispatches of this head SHA)."""
     days = int(getattr(settings, "CRCR_GATE_HISTORY_DAYS", 14))
     runs = int(getattr(settings, "CRCR_GATE_HISTORY_RUNS", 5))
-    recent = (
-        Job.objects.filter(
-            downstream_id=downstream_id,
-            event_type__in=event_types,
-            verified=True,
-            placed_at__gte=now - dt.timedelta(days=days),
-            placed_at__lte=now,
-        )
-        .exclude(head_sha=head_sha)
-        .order_by("-placed_at", "-id")
-        .values_list("delivery_id", flat=True)[:2000]
+    event_types = {
+        backend: {row.delivery.event_type for row in rows} for backend, rows in rows_of.items()
+    }
+    return selectors.recent_job_names(
+        event_types, head_sha, now - dt.timedelta(days=days), now, runs
     )
-    deliveries: list[str] = []
-    for delivery_id in recent:
-        if delivery_id not in deliveries:
-            deliveries.append(delivery_id)
-            if len(deliveries) >= runs:
-                break
-    return set(
-        Job.objects.filter(downstream_id=downstream_id, delivery_id__in=deliveries).values_list(
-            "workflow_name", "job_name"
-        )
-    )
+
+
+def _gate_jobs(rows_of: dict[int, list[Dispatch]], head_sha: str) -> dict[int, list[Job]]:
+    """Per backend, its verified attempts on `head_sha` for the deliveries it was dispatched."""
+    guids_of = {
+        backend: {row.delivery.delivery_id for row in rows} for backend, rows in rows_of.items()
+    }
+    jobs: dict[int, list[Job]] = {backend: [] for backend in rows_of}
+    if not rows_of:
+        return jobs
+    for job in Job.objects.filter(
+        downstream_id__any=list(rows_of),
+        head_sha=head_sha,
+        delivery_id__any=sorted(set().union(*guids_of.values())),
+        verified=True,
+    ):
+        if job.delivery_id in guids_of[job.downstream_id]:
+            jobs[job.downstream_id].append(job)
+    return jobs
 
 
 def _item(
@@ -215,25 +218,20 @@ def _judge_backend(
     verdict: _Verdict,
     downstream: Downstream,
     rows: list[Dispatch],
-    head_sha: str,
+    jobs: list[Job],
+    expected: set[tuple[str, str]],
     now: dt.datetime,
 ) -> None:
-    """File one L4 backend's expected jobs (or the backend as a whole) under the verdict."""
-    guids = {row.delivery.delivery_id for row in rows}
-    event_types = {row.delivery.event_type for row in rows}
+    """File one L4 backend's expected jobs (or the backend as a whole) under the verdict:
+    `jobs` are its attempts on the head SHA, `expected` the names of its recent history."""
     sent = [row.dispatched_at for row in rows if row.outcome == Dispatch.Outcome.SENT]
-    jobs = list(
-        Job.objects.filter(
-            downstream=downstream, head_sha=head_sha, delivery_id__in=guids, verified=True
-        )
-    )
     latest = {(j.workflow_name, j.job_name): j for j in _latest_attempts(jobs)}
     if not sent and not jobs:
         _judge_unsent(verdict, downstream, rows, now)
         return
     start = min(t for t in sent if t is not None) if any(sent) else min(r.created_at for r in rows)
     deadline = start + verdict.settle
-    names = set(latest) | _expected_names(downstream.id, event_types, head_sha, now)
+    names = set(latest) | expected
     if not names:
         # No history and no callback yet: the backend as a whole is awaited, then silent.
         if now < deadline:
@@ -291,9 +289,12 @@ def gate_decision(head_sha: str, now: dt.datetime | None = None) -> dict[str, An
     for dispatch in dispatches:
         per_backend[dispatch.downstream_id].append(dispatch)
     l4 = _l4_backends(dispatches, now)
+    rows_of = {downstream.id: per_backend[downstream.id] for downstream in l4}
+    jobs, expected = _gate_jobs(rows_of, head_sha), _expected_names(rows_of, head_sha, now)
     verdict = _Verdict(settle)
     for downstream in l4:
-        _judge_backend(verdict, downstream, per_backend[downstream.id], head_sha, now)
+        rows = rows_of[downstream.id]
+        _judge_backend(verdict, downstream, rows, jobs[downstream.id], expected[downstream.id], now)
     state, status, conclusion, title = _headline(verdict, l4)
     return {
         "head_sha": head_sha,

@@ -26,7 +26,7 @@ from hud.models import (
     PromotionRequest,
     sql,
 )
-from hud.reads.rows import driver_rows
+from hud.reads.rows import any_sql, driver_rows
 
 
 @dataclass(frozen=True)
@@ -420,3 +420,54 @@ def sent_to_l2_plus(start: dt.datetime, end: dt.datetime) -> QuerySet[Dispatch]:
         dispatched_at__gte=start,
         dispatched_at__lte=end,
     ).annotate(answered=Exists(answered))
+
+
+# The answered deliveries of one backend `recent_job_names` reads: among its latest attempts
+# (at most `_RECENT_ATTEMPTS`), the first attempt of each delivery, newest first.
+_RECENT_ATTEMPTS = 2000
+_RECENT_DELIVERIES = (
+    "SELECT downstream_id, delivery_id FROM ("
+    " SELECT downstream_id, delivery_id, placed_at, id FROM ("
+    "  SELECT downstream_id, delivery_id, placed_at, id, ROW_NUMBER() OVER"
+    "   (PARTITION BY delivery_id ORDER BY placed_at DESC, id DESC) AS nth FROM ("
+    f"   SELECT downstream_id, delivery_id, placed_at, id FROM {Job._meta.db_table}"
+    "   WHERE downstream_id = %s AND {events} AND verified = %s"
+    "   AND placed_at >= %s AND placed_at <= %s AND NOT head_sha = %s"
+    f"   ORDER BY placed_at DESC, id DESC LIMIT {_RECENT_ATTEMPTS}) AS recent) AS numbered"
+    " WHERE nth = 1 ORDER BY placed_at DESC, id DESC LIMIT %s) AS latest"
+)
+
+
+def recent_job_names(
+    event_types_of: dict[int, Iterable[str]],
+    head_sha: str,
+    since: dt.datetime,
+    until: dt.datetime,
+    runs: int,
+) -> dict[int, set[tuple[str, str]]]:
+    """Per backend id (`event_types_of`: backend id → event types), the (workflow, job) names
+    it ran for its last `runs` answered deliveries of those event types placed in
+    [since, until], other than `head_sha`'s (verified attempts only): what the L4 gate
+    expects of it. One written-out statement for every backend: through the ORM, two
+    statements a backend cost more to compile than to answer (the PR page's gate of five L4
+    backends: 6.6 ms of Python around 6.4 ms of SQL)."""
+    names: dict[int, set[tuple[str, str]]] = {backend: set() for backend in event_types_of}
+    if not names:
+        return names
+    adapt = connection.ops.adapt_datetimefield_value
+    parts, params = [], []
+    for backend, event_types in sorted(event_types_of.items()):
+        events, more = any_sql("event_type", sorted(set(event_types)))
+        parts.append(_RECENT_DELIVERIES.format(events=events))
+        params += [backend, *more, True, adapt(since), adapt(until), head_sha, runs]
+    statement = (
+        "SELECT DISTINCT job.downstream_id, job.workflow_name, job.job_name"
+        f" FROM {Job._meta.db_table} AS job JOIN ({' UNION ALL '.join(parts)}) AS chosen"
+        " ON job.downstream_id = chosen.downstream_id"
+        " AND job.delivery_id = chosen.delivery_id"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        for backend, workflow, job in cursor.fetchall():
+            names[backend].add((workflow, job))
+    return names
