@@ -91,19 +91,17 @@ def run(args: argparse.Namespace) -> int:
     from django.db import connection
 
     import hud.github.client
-    from hud import relay, tasks
+    from hud import relay
     from hud.checks import mirror
-    from hud.core import clock
+    from hud.core import clock, taskqueue
     from hud.ingestion import ingest
     from hud.models import CheckRunMirror, GateCheck, Job, Level
     from tests.support import builders
     from tests.support.fake_github import FakeGitHub, _default_private_key_pem
+    from tests.support.tasks import InlineTasks
 
-    class Inline:
-        def submit(self, runner, task, task_args):
-            task.run(*task_args)
-
-    tasks._in_process_pool = lambda: Inline()  # tasks run after commit, in this thread
+    inline = InlineTasks()
+    taskqueue._in_process_pool = lambda: inline  # tasks run after commit, in this thread
     rng = random.Random(args.seed)
     with clock.frozen_at(NOW, all_threads=True) as frozen:
         fake = FakeGitHub().start()
