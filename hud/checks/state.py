@@ -1,8 +1,7 @@
 """How far each mirrored thing got on GitHub, for the pages and the API (reads only).
 
-`gate_state` is the gate decision plus its check run's sync; `pr_mirror_state` is everything a
-pull request shows on GitHub: the gate of each head SHA, each job's check run, the on-call
-comments and the re-runs.
+`gate_state` is the gate decision plus its check run's sync; `pr_mirror_state` is what the PR
+page shows of a pull request on GitHub: its newest head SHA's gate and each attempt's check run.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from hud.checks.text import _iso
 from hud.core import clock
 from hud.github import mirror_enabled
 from hud.levels import effective_levels
-from hud.models import Delivery, Dispatch, GateCheck, Job, Level, OncallComment, RerunRequest
+from hud.models import CheckRunMirror, Delivery, Dispatch, GateCheck, Job, Level
 
 NOT_MIRRORED_YET = "not mirrored yet"
 
@@ -127,24 +126,26 @@ def _head_shas(pr_number: int) -> list[str]:
     return head_shas
 
 
-def _gates(head_shas: list[str], now: dt.datetime, latest_only: bool) -> list[dict[str, Any]]:
-    """`gate_state` of each head SHA something was dispatched for (or just the newest)."""
+def _latest_gate(head_shas: list[str], now: dt.datetime) -> dict[str, Any] | None:
+    """`gate_state` of the newest head SHA something was dispatched for; None for none."""
     dispatched = set(
         Dispatch.objects.filter(delivery__head_sha__in=head_shas).values_list(
             "delivery__head_sha", flat=True
         )
     )
-    gate_shas = [sha for sha in head_shas if sha in dispatched]
-    if latest_only:
-        gate_shas = gate_shas[:1]
-    return [gate_state(sha, now) for sha in gate_shas]
+    newest = next((sha for sha in head_shas if sha in dispatched), None)
+    return None if newest is None else gate_state(newest, now)
 
 
 def _check_run(
-    job: Job, level: int, labels: set[str], mirroring: bool, now: dt.datetime
+    job: Job,
+    row: CheckRunMirror | None,
+    level: int,
+    labels: set[str],
+    mirroring: bool,
+    now: dt.datetime,
 ) -> dict[str, Any]:
-    """One job's check run as the PR page shows it: the job, and how far its run got."""
-    row = getattr(job, "mirror", None)
+    """One job's check run as the PR page shows it: the job, and how far its run (`row`) got."""
     reason = _not_mirrored_reason(job, level, labels)
     # Current when the row was computed from the job's latest state, or nothing is wanted.
     unwanted = not mirroring or reason != NOT_MIRRORED_YET
@@ -169,68 +170,38 @@ def _check_run(
     }
 
 
-def _check_runs(pr_number: int, now: dt.datetime) -> list[dict[str, Any]]:
-    """Every job of the PR, newest first, with its check run."""
-    jobs = (
-        Job.objects.filter(pr_number=pr_number, event_type="pull_request")
-        .select_related("downstream", "mirror")
-        .order_by("-placed_at", "-id")
-    )
-    job_list = list(jobs)
-    levels = effective_levels({j.downstream_id: j.downstream for j in job_list}.values(), now)
+def _check_runs(pr_number: int, jobs: list[Job], now: dt.datetime) -> list[dict[str, Any]]:
+    """Each of the PR's pull_request attempts among `jobs`, in their order, with its check run
+    (the mirror rows of the PR's jobs in one read, joined on the PR: no list of ids)."""
+    jobs = [job for job in jobs if job.event_type == "pull_request"]
+    rows = {
+        row.job_id: row
+        for row in CheckRunMirror.objects.filter(
+            job__pr_number=pr_number, job__event_type="pull_request"
+        )
+    }
+    levels = effective_levels({j.downstream_id: j.downstream for j in jobs}.values(), now)
     labels = {label.lower() for label in _pr_labels(pr_number)}
     mirroring = mirror_enabled()
-    return [_check_run(job, levels[job.downstream_id], labels, mirroring, now) for job in job_list]
-
-
-def _oncall_comments(pr_number: int) -> list[dict[str, Any]]:
     return [
-        {
-            "downstream": row.downstream.full_name,
-            "comment_id": row.comment_id,
-            "html_url": row.html_url,
-            "sent": row.comment_id is not None and row.last_body_hash == row.desired_hash,
-            "sent_at": _iso(row.sent_at),
-            "last_error": row.last_error,
-        }
-        for row in OncallComment.objects.filter(pr_number=pr_number).select_related("downstream")
-    ]
-
-
-def _reruns(head_shas: list[str]) -> list[dict[str, Any]]:
-    return [
-        {
-            "downstream": row.downstream.full_name,
-            "run_id": row.run_id,
-            "kind": row.kind,
-            "outcome": row.outcome,
-            "requested_at": _iso(row.requested_at),
-            "reason": row.reason,
-        }
-        for row in RerunRequest.objects.filter(head_sha__in=head_shas)
-        .select_related("downstream")
-        .order_by("-created_at")
+        _check_run(job, rows.get(job.id), levels[job.downstream_id], labels, mirroring, now)
+        for job in jobs
     ]
 
 
 def pr_mirror_state(
-    pr_number: int, now: dt.datetime | None = None, *, latest_gate_only: bool = False
+    pr_number: int, jobs: list[Job], now: dt.datetime | None = None
 ) -> dict[str, Any]:
-    """What this PR shows on GitHub: the gate of each head SHA and each job's check run.
-
-    Plain dicts, newest head SHA first; `gate` is the latest head SHA's gate (or None when
-    nothing was dispatched for the PR). `latest_gate_only` evaluates just that gate (the PR
-    page), so the page's queries do not grow with the PR's pushes.
+    """What the PR page shows of the PR on GitHub, as plain dicts: the newest dispatched head
+    SHA's gate (None when nothing was dispatched for the PR) and the check run of each
+    attempt. `jobs` are the PR's attempts as the page read them (with their downstream),
+    newest first: they are not read again.
     """
     now = now or clock.now()
     head_shas = _head_shas(pr_number)
-    gates = _gates(head_shas, now, latest_gate_only)
     return {
         "pr_number": pr_number,
         "head_sha": head_shas[0] if head_shas else None,
-        "gate": gates[0] if gates else None,
-        "gates": gates,
-        "check_runs": _check_runs(pr_number, now),
-        "oncall_comments": _oncall_comments(pr_number),
-        "reruns": _reruns(head_shas),
+        "gate": _latest_gate(head_shas, now),
+        "check_runs": _check_runs(pr_number, jobs, now),
     }

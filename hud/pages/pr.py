@@ -79,7 +79,7 @@ def pr_page(number: int, now: dt.datetime) -> ResultsPage | None:
     page.author = selectors.pr_author(number)
     page.add_verdicts(verdicts)
     page.answers = answer_lines(verdicts)
-    state = mirror.pr_mirror_state(number, now, latest_gate_only=True)
+    state = mirror.pr_mirror_state(number, jobs, now)
     page.gate = state["gate"]
     if page.gate is not None:
         page.gate["badge"] = badge(GATE_BADGES, page.gate["state"])

@@ -9,6 +9,7 @@ import pytest
 from hud.checks import mirror
 from hud.ingestion import ingest
 from hud.models import Downstream
+from hud.reads import selectors
 from tests.relay.conftest import (  # noqa: F401  (fixtures re-exported for this package)
     backends,
     fixture_body,
@@ -88,6 +89,11 @@ class Mirror:
             if r.status == 200
         )
         return creates, updates
+
+
+def pr_state(number: int) -> dict[str, Any]:
+    """`mirror.pr_mirror_state` of PR `number` with its attempts read as the PR page reads them."""
+    return mirror.pr_mirror_state(number, list(selectors.jobs(selectors.JobFilters(pr=number))))
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 from hud.checks import mirror
 from hud.ingestion import ingest
 from hud.models import Downstream, GateCheck, Level
-from tests.checks.conftest import L2, L4, fixture_body, new_guid
+from tests.checks.conftest import L2, L4, fixture_body, new_guid, pr_state
 from tests.ops.conftest import metric, scrape
 from tests.support import builders
 
@@ -227,12 +227,12 @@ def test_with_the_worker_down_the_gate_and_check_run_read_pending_with_their_age
     assert sync["sync"] == "pending"
     assert sync["pending_since"] == completed_at.strftime("%Y-%m-%dT%H:%M:%SZ")
     assert sync["pending_seconds"] == 150.0
-    [run] = [r for r in mirror.pr_mirror_state(2)["check_runs"] if r["downstream"] == L4]
+    [run] = [r for r in pr_state(2)["check_runs"] if r["downstream"] == L4]
     assert (run["sync"], run["pending_seconds"]) == ("pending", 150.0)
     assert metric(scrape(client), "crcr_github_unsynced_age_seconds") == 150.0
 
     env.reconcile()
     assert client.get(f"/api/v1/gate/{sha}").json()["check_run"]["sync"] == "sent"
-    [run] = [r for r in mirror.pr_mirror_state(2)["check_runs"] if r["downstream"] == L4]
+    [run] = [r for r in pr_state(2)["check_runs"] if r["downstream"] == L4]
     assert (run["sync"], run["pending_seconds"]) == ("sent", None)
     assert metric(scrape(client), "crcr_github_unsynced_age_seconds") == 0.0
