@@ -116,7 +116,7 @@ def receive_forward(body: Any, *, source: str = Job.Source.FORWARD) -> Outcome:
     # receipt; only an operator's import_results places history where it reportedly ran.
     placed = clock.now()
     if source == Job.Source.IMPORT:
-        placed = data.completed_at or data.started_at or placed
+        placed = _imported_at(data, placed)
     # One transaction: a refused or failed result leaves no learnt level history behind.
     with transaction.atomic():
         downstream = levels.learn_level_from_forward(repo, level, placed)
@@ -279,7 +279,7 @@ def _new_job(
     else:
         _apply_completion(job, data, now)
     if timing is not None:
-        _apply_trusted_timing(job, data, timing)
+        _apply_trusted_timing(job, data, timing, now)
     return job
 
 
@@ -346,7 +346,7 @@ def _transition(
             )
     _apply_completion(job, data, now)
     if timing is not None:
-        _apply_trusted_timing(job, data, timing)
+        _apply_trusted_timing(job, data, timing, now)
     elif job.in_progress_received_at is not None:
         job.execution_seconds = max((now - job.in_progress_received_at).total_seconds(), 0.0)
         job.timing_source = Job.TimingSource.SERVER
@@ -383,10 +383,18 @@ def _apply_completion(job: Job, data: CallbackData, now: dt.datetime) -> None:
         job.reported_started_at = data.started_at
 
 
-def _apply_trusted_timing(job: Job, data: CallbackData, timing: TrustedTiming) -> None:
+def _imported_at(data: CallbackData, now: dt.datetime) -> dt.datetime:
+    """Where imported history is placed: where it reportedly ran, never after its import
+    (a time ahead of this server's clock would keep it out of every window until then)."""
+    return min(data.completed_at or data.started_at or now, now)
+
+
+def _apply_trusted_timing(
+    job: Job, data: CallbackData, timing: TrustedTiming, now: dt.datetime
+) -> None:
     """The relay's own measurements; imports also land where they ran (forwards at receipt)."""
     if job.source == Job.Source.IMPORT:
-        job.placed_at = data.completed_at or data.started_at or job.placed_at
+        job.placed_at = _imported_at(data, now)
         job.reported_completed_at = data.completed_at
     if timing.queue_seconds is not None:
         job.queue_seconds = timing.queue_seconds

@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from hud.models import Downstream, FailedTest, Job, Level, LevelChange
+from hud.models import Downstream, FailedTest, Job, Level, LevelChange, LogicalJob
 from tests.conftest import NOW
 from tests.support import builders
 
@@ -112,6 +112,31 @@ def test_good_lines_load_at_their_reported_times(tmp_path, frozen_clock):
     assert test.placed_at == RAN_AT + dt.timedelta(hours=1)
     assert test.conclusion == "failure"
     assert FailedTest.objects.get().job == test
+
+
+@pytest.mark.django_db
+def test_history_reported_ahead_of_the_clock_is_placed_at_its_import(tmp_path, frozen_clock):
+    # An exporter whose clock runs a day ahead: its results are placed (and its level learnt)
+    # when imported, inside today's windows, not a day from now outside all of them.
+    ahead = NOW + dt.timedelta(days=1)
+    path = write_lines(
+        tmp_path,
+        [
+            forward_line(job_name="done", at=ahead, level="L3"),
+            forward_line(job_name="running", status="in_progress", conclusion=None, at=ahead),
+            forward_line(job_name="past", at=RAN_AT),
+        ],
+    )
+
+    run_import(path)
+
+    placed = dict(Job.objects.values_list("job_name", "placed_at"))
+    assert placed == {"done": NOW, "running": NOW, "past": RAN_AT}
+    layer = dict(LogicalJob.objects.values_list("job_name", "placed_at"))
+    assert layer == placed
+    learnt = LevelChange.objects.filter(downstream__full_name="org/repo")
+    assert learnt.get(to_level=Level.L3).at == NOW
+    assert not learnt.filter(at__gt=NOW).exists()
 
 
 @pytest.mark.django_db
