@@ -32,6 +32,11 @@ class ReportedJob:
     verdict: dict[str, Any] | None = None
 
     @property
+    def has_detail(self) -> bool:
+        """Whether the row has a detail row below it: failed tests, an advisory or our verdict."""
+        return bool(self.failed_tests or self.advisory or (self.verdict or {}).get("verdict"))
+
+    @property
     def advisory(self) -> dict[str, Any] | None:
         """The backend's self-reported triage verdict (advisory, never ours)."""
         if self.verdict is not None and self.verdict.get("advisory"):

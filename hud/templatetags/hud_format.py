@@ -312,10 +312,16 @@ _CHECK_RUN_ROW = """<tr data-sync="{}">
 
 
 @register.simple_tag
+def check_run_rows(runs: list[dict[str, Any]]) -> SafeString:
+    """The PR page's check-run rows (`_check_runs.html`), one per attempt of every backend's
+    jobs: a loop of template nodes around each row cost ~1 ms per 200 rows more."""
+    return SafeString("\n    ".join(check_run_row(run) for run in runs))
+
+
 def check_run_row(run: dict[str, Any]) -> SafeString:
-    """One attempt's check run on the PR page (`_check_runs.html`): its name, level, head SHA,
-    the job's status, how far the check run got on GitHub and why. A tag for the reason
-    `result_row` is one: a PR has a row per attempt of every backend's jobs."""
+    """One attempt's check run on the PR page: its name, level, head SHA, the job's status,
+    how far the check run got on GitHub and why. Python, not template nodes, for the reason
+    `result_row` is."""
     attempt = run["run_attempt"]
     more = _html(' <span class="muted">attempt {}</span>', attempt) if attempt > 1 else ""
     if run["status"] == "completed":
