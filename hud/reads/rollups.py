@@ -20,7 +20,7 @@ from django.db import connection
 
 from hud import stats
 from hud.models import DailyRollup, Job
-from hud.reads.rows import any_sql
+from hud.reads.rows import any_sql, days_after_sql
 
 # The daily rollup's column of each outcome class.
 OUTCOME_COLUMNS = {
@@ -52,7 +52,7 @@ def daily_table(
     where, params = _rollup_filter(downstream_ids, first, days[-1].date(), events)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT downstream_id, {_day_offset()}, {_ROLLUP_SUMS} WHERE {where}"
+            f"SELECT downstream_id, {days_after_sql('day')}, {_ROLLUP_SUMS} WHERE {where}"
             " GROUP BY downstream_id, day",
             [first, *params],
         )
@@ -95,13 +95,6 @@ def daily_table(
         "day": dates * len(downstream_ids),
         **stats.daily_columns(counts, durations),
     }
-
-
-def _day_offset() -> str:
-    """SQL: a rollup row's day as days after the first parameter (a date)."""
-    if connection.vendor == "postgresql":
-        return "day - %s::date"
-    return "CAST(julianday(day) - julianday(%s) AS INTEGER)"
 
 
 def _mean(total_ms: np.ndarray, n: np.ndarray) -> np.ndarray:

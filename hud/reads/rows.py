@@ -1,5 +1,6 @@
 """Rows of a query as the database driver returns them, float columns per group as arrays, and
-the pieces of written-out statements: a column among values, the UTC day of a time column."""
+the pieces of written-out statements: a column among values, the UTC day of a time column, the
+days from a date to a date column."""
 
 from __future__ import annotations
 
@@ -95,6 +96,13 @@ def utc_day_sql(column: str) -> str:
     if connection.vendor == "sqlite":
         return f"date({column})"
     return f"({column} AT TIME ZONE 'UTC')::date"
+
+
+def days_after_sql(column: str) -> str:
+    """SQL of the whole days from a date parameter (its one %s) to a date column."""
+    if connection.vendor == "postgresql":
+        return f"{column} - %s::date"
+    return f"CAST(julianday({column}) - julianday(%s) AS INTEGER)"
 
 
 def any_sql(column: str, values: Iterable) -> tuple[str, list]:
