@@ -2,22 +2,29 @@
 
 Figures are plain plotly.js JSON (`data` + `layout` dicts), built directly: no figure objects,
 no per-request validation or deep copies (issue 14). The templates embed them with
-`chart_json` (hud_format) and draw them with the plotly.js served from static (no CDN). Colours are
-Okabe–Ito, so they stay distinct for colour-blind readers; every trace also has a name in the
-legend. tests/pages/test_charts.py checks each figure against plotly's own validator.
+`chart_json` (hud_format); `static/hud/charts.js` draws them with the plotly.js served from
+static (no CDN), giving each the `plotly_white` template (`static/hud/plotly-white.js`), laying
+out small multiples (`_panels`) and closing interval bands (`BAND`). Colours are Okabe–Ito, so
+they stay distinct for colour-blind readers; every trace also has a name in the legend.
+tests/pages/test_charts.py checks what charts.js draws of each figure against plotly's own
+validator.
 """
 
 from __future__ import annotations
 
-import json
+import functools
 import math
-from collections.abc import Callable, Iterator
-from pathlib import Path
+import operator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 Figure = dict[str, Any]
+# A daily table (`stats.DAILY_COLUMNS`, with `downstream` where there are panels): a frame, or
+# its columns by name as `metrics.daily_rows` reads them (no frame of 50 backends' days).
+Daily = pd.DataFrame | Mapping[str, Sequence[Any]]
 
 OKABE_ITO = (
     "#0072B2",  # blue
@@ -32,11 +39,6 @@ OKABE_ITO = (
 SUCCESS_COLOUR = OKABE_ITO[0]
 FAILURE_COLOUR = OKABE_ITO[1]
 BAND_FILL = "rgba(0, 114, 178, 0.18)"
-# plotly.py 6.5's "plotly_white" template, as `go.Figure(...).to_json()` expanded it (plotly.js
-# has no named templates, so every figure carries it).
-PLOTLY_WHITE: dict[str, Any] = json.loads(
-    Path(__file__).with_name("plotly_white.json").read_text(encoding="utf-8")
-)
 BASE_LAYOUT: dict[str, Any] = {
     # Room below the x axis for the date ticks' second line (the year) and the legend.
     "margin": {"l": 55, "r": 40, "t": 60, "b": 60},
@@ -44,8 +46,6 @@ BASE_LAYOUT: dict[str, Any] = {
     "hovermode": "x unified",
     "legend": {"orientation": "h", "y": -0.25},
     "font": {"family": "system-ui, sans-serif", "size": 12},
-    # plotly.js has no named templates: the figure carries the whole one.
-    "template": PLOTLY_WHITE,
     # A vertical toolbar on the right edge stays clear of the title on the left.
     "modebar": {"orientation": "v"},
 }
@@ -58,6 +58,8 @@ SMALL_COUNT = 6
 # Value types JSON takes as they are; with floats, a list needs only its NaN/inf made null.
 _PLAIN = frozenset({str, int, bool, type(None)})
 _NUMBERS = _PLAIN | {float}
+_SUMMABLE = frozenset({int, bool, float, type(None)})
+_NOT_NONE = functools.partial(operator.is_not, None)
 
 
 def _clean(value: Any) -> Any:
@@ -65,14 +67,15 @@ def _clean(value: Any) -> Any:
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
-    if value is PLOTLY_WHITE:  # plain JSON already, and the largest part of every layout
-        return value
     if isinstance(value, dict):
         return {key: _clean(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         # A trace's x/y/customdata lists: one look at their types instead of a call per value.
         kinds = set(map(type, value))
         if kinds <= _PLAIN:
+            return list(value)
+        # NaN and infinities carry into a sum: a finite one clears the whole list at C speed.
+        if kinds <= _SUMMABLE and math.isfinite(sum(filter(_NOT_NONE, value))):
             return list(value)
         if kinds <= _NUMBERS:
             return [v if type(v) is not float or math.isfinite(v) else None for v in value]
@@ -96,107 +99,83 @@ def _layout(figure: Figure, title: str, **extra: Any) -> Figure:
     return figure
 
 
-def _axis_name(kind: str, row: int) -> str:
-    """`xaxis`/`yaxis` of row 1, `xaxis2`… below (the layout key; traces use `x`, `x2`…)."""
-    return kind if row == 1 else f"{kind}{row}"
-
-
 def _trace(kind: str, **fields: Any) -> dict[str, Any]:
     return {"type": kind, **fields}
 
 
-def _add(figure: Figure, trace: dict[str, Any], row: int | None = None) -> None:
-    if row is not None:
-        trace = {**trace, "xaxis": "x" if row == 1 else f"x{row}"}
-        trace["yaxis"] = "y" if row == 1 else f"y{row}"
+def _add(figure: Figure, trace: dict[str, Any]) -> None:
     figure["data"].append(trace)
 
 
-def _update_yaxis(figure: Figure, row: int, **axis: Any) -> None:
-    figure["layout"].setdefault(_axis_name("yaxis", row), {}).update(axis)
-
-
-def _subplots(titles: list[str], vertical_spacing: float) -> Figure:
-    """Rows of one column sharing the x axis, each titled: what `make_subplots` laid out."""
-    rows = len(titles)
-    height = (1 - vertical_spacing * (rows - 1)) / rows
-    layout: dict[str, Any] = {}
-    annotations = []
-    for row, title in enumerate(titles, start=1):
-        bottom = (height + vertical_spacing) * (rows - row)
-        top = bottom + height
-        x_axis: dict[str, Any] = {"anchor": "y" if row == 1 else f"y{row}", "domain": [0.0, 1.0]}
-        if row < rows:
-            x_axis.update(matches=f"x{rows}" if rows > 1 else "x", showticklabels=False)
-        layout[_axis_name("xaxis", row)] = x_axis
-        layout[_axis_name("yaxis", row)] = {
-            "anchor": "x" if row == 1 else f"x{row}",
-            "domain": [bottom, top],
-        }
-        annotations.append(
-            {
-                "font": {"size": 16},
-                "showarrow": False,
-                "text": title,
-                "x": 0.5,
-                "xanchor": "center",
-                "xref": "paper",
-                "y": top,
-                "yanchor": "bottom",
-                "yref": "paper",
-            }
-        )
-    layout["annotations"] = annotations
-    return _figure(**layout)
-
-
-def _days(daily: pd.DataFrame) -> list[str]:
-    return [str(day) for day in daily["day"]]
-
-
-def _percent(series: pd.Series) -> list[float | None]:
-    # `value != value` is NaN's test: pd.isna per value cost more than the rest of the loop.
-    return [
-        None if value is None or value != value else round(float(value) * 100, 2)
-        for value in series.tolist()
-    ]
-
-
-def _band(days: list[str], rows: pd.DataFrame, **extra: Any) -> dict[str, Any]:
-    """The shaded 95% interval of a daily rate: up along `high`, back along `low`.
-
-    Days without a value have no interval (a 0–100 % "interval" of nothing is not shown).
-    """
-    high, low = _band_bounds(rows)
-    return _band_trace(days, high, low, **extra)
-
-
-def _band_bounds(rows: pd.DataFrame) -> tuple[list[float | None], list[float | None]]:
-    """The band's upper and lower bounds in %, None on days without a value."""
-    known = rows["value" if "value" in rows else "pass_rate"].notna()
-    return _percent(rows["high"].where(known)), _percent(rows["low"].where(known))
-
-
-def _band_trace(
-    days: list[str], high: list[float | None], low: list[float | None], **extra: Any
-) -> dict[str, Any]:
-    return {
-        "type": "scatter",
-        "x": days + days[::-1],
-        "y": high + low[::-1],
-        "mode": "lines",
-        "fill": "toself",
-        "fillcolor": BAND_FILL,
-        "line": {"width": 0},
-        "hoverinfo": "skip",
-        "name": "95% interval",
-        **extra,
+def _panels(
+    figure: Figure,
+    titles: list[str],
+    x: list[str],
+    traces: list[dict[str, Any]],
+    values: list[list[dict[str, Any]]],
+    yaxes: list[dict[str, Any]],
+) -> Figure:
+    """Small multiples: one titled, full-width panel per entry of `titles`, sharing the x
+    axis (the rows of one column that `make_subplots` lays out). They travel as one panel's
+    `traces` (their style) and, per panel, its traces' `values` (merged into the styles) and
+    its y axis; `static/hud/charts.js` lays them out, so a page of 50 panels carries each
+    style once, not 50 times. A trace's `x` is `x` unless its values give their own."""
+    figure["panels"] = {
+        "titles": titles,
+        "spacing": min(0.08, 0.5 / len(titles)),
+        "x": x,
+        "traces": traces,
+        "values": values,
+        "yaxes": yaxes,
     }
+    return figure
 
 
-def has_data(daily: pd.DataFrame) -> bool:
-    """Whether a daily frame holds any counted job or any run (else the chart says so)."""
-    return not daily.empty and bool((daily["n"] > 0).any() or (daily["runs"] > 0).any())
+def _own_x(days: list[str], shared: list[str]) -> dict[str, Any]:
+    """A panel trace's `x`, where its days are not the panels' shared ones."""
+    return {} if days == shared else {"x": days}
+
+
+def _days(daily: Daily) -> list[str]:
+    # A page's days repeat for every backend: each is written once.
+    names: dict[Any, str] = {}
+    return [names.get(day) or names.setdefault(day, str(day)) for day in daily["day"]]
+
+
+def _percent(series: Sequence[Any]) -> list[float | None]:
+    """Shares as percentages to two decimals, NaN and None as None: rounded as arrays (a
+    `round` per value was most of a 50-panel chart's cost)."""
+    values = np.asarray(series, dtype=float)
+    out = np.round(values * 100, 2).astype(object)
+    out[np.isnan(values)] = None
+    return out.tolist()
+
+
+def _band_bounds(rows: Daily) -> tuple[list[float | None], list[float | None]]:
+    """A daily rate's 95% interval in %, None on days without a value (a 0–100 % "interval"
+    of nothing is not shown)."""
+    unknown = np.isnan(np.asarray(rows["value" if "value" in rows else "pass_rate"], dtype=float))
+    high, low = (np.asarray(rows[bound], dtype=float) for bound in ("high", "low"))
+    return _percent(np.where(unknown, np.nan, high)), _percent(np.where(unknown, np.nan, low))
+
+
+# The shaded 95% interval of a daily rate. charts.js draws a trace marked `band` as one closed
+# shape, up along its `high` values and back along its `low` ones (plotly's `fill: toself`).
+BAND = {
+    "type": "scatter",
+    "band": True,
+    "mode": "lines",
+    "fill": "toself",
+    "fillcolor": BAND_FILL,
+    "line": {"width": 0},
+    "hoverinfo": "skip",
+    "name": "95% interval",
+}
+
+
+def has_data(daily: Daily) -> bool:
+    """Whether a daily table holds any counted job or any run (else the chart says so)."""
+    return bool((np.asarray(daily["n"]) > 0).any() or (np.asarray(daily["runs"]) > 0).any())
 
 
 def _no_data(title: str) -> Figure:
@@ -220,7 +199,8 @@ def pass_rate_figure(daily: pd.DataFrame) -> Figure:
         return _no_data("Job pass rate per day (%)")
     days = _days(daily)
     figure = _figure()
-    _add(figure, _band(days, daily))
+    high, low = _band_bounds(daily)
+    _add(figure, {**BAND, "x": days, "high": high, "low": low})
     sufficient = daily["sufficient"].astype(bool).tolist()
     _add(
         figure,
@@ -317,105 +297,134 @@ def duration_figure(daily: pd.DataFrame) -> Figure:
 def gate_history_figure(history: pd.DataFrame) -> Figure:
     """One panel per gated rate: its value as of each day, 95% band and the threshold."""
     names = list(dict.fromkeys(history["metric"]))
-    figure = _subplots(names, 0.08)
-    for index, name in enumerate(names, start=1):
+    traces = [
+        {**BAND, "legendgroup": "band"},
+        _trace(
+            "scatter",
+            mode="lines+markers",
+            line={"color": SUCCESS_COLOUR},
+            name="value",
+            legendgroup="value",
+            hovertemplate="%{y:.2f}% (n = %{customdata})",
+        ),
+        _trace(
+            "scatter",
+            mode="lines",
+            line={"color": FAILURE_COLOUR, "dash": "dash"},
+            name="threshold",
+            legendgroup="threshold",
+        ),
+    ]
+    values, shared = [], []
+    for index, name in enumerate(names):
         rows = history[history["metric"] == name]
         days = [str(t.date()) if hasattr(t, "date") else str(t) for t in rows["as_of"]]
-        _add(figure, _band(days, rows, showlegend=index == 1, legendgroup="band"), index)
-        _add(
-            figure,
-            _trace(
-                "scatter",
-                x=days,
-                y=_percent(rows["value"]),
-                mode="lines+markers",
-                line={"color": SUCCESS_COLOUR},
-                name="value",
-                showlegend=index == 1,
-                legendgroup="value",
-                customdata=rows["n"].tolist(),
-                hovertemplate="%{y:.2f}% (n = %{customdata})",
-            ),
-            index,
-        )
+        shared = shared or days
+        high, low = _band_bounds(rows)
         threshold = float(rows["threshold"].iloc[0]) * 100
-        _add(
-            figure,
-            _trace(
-                "scatter",
-                x=[days[0], days[-1]],
-                y=[threshold, threshold],
-                mode="lines",
-                line={"color": FAILURE_COLOUR, "dash": "dash"},
-                name="threshold",
-                showlegend=index == 1,
-                legendgroup="threshold",
-                hovertemplate=f"threshold {rows['direction'].iloc[0]} {threshold:g}%",
-            ),
-            index,
+        legend = {"showlegend": index == 0}
+        values.append(
+            [
+                {**_own_x(days, shared), "high": high, "low": low, **legend},
+                {
+                    **_own_x(days, shared),
+                    "y": _percent(rows["value"]),
+                    "customdata": rows["n"].tolist(),
+                    **legend,
+                },
+                {
+                    "x": [days[0], days[-1]],
+                    "y": [threshold, threshold],
+                    "hovertemplate": f"threshold {rows['direction'].iloc[0]} {threshold:g}%",
+                    **legend,
+                },
+            ]
         )
-        _update_yaxis(figure, index, ticksuffix="%")
-    return _layout(
-        figure,
+    figure = _layout(
+        _figure(),
         "Gated rates as of each day (policy window, 95% interval)",
         height=max(260, 190 * len(names)),
     )
+    return _panels(figure, names, shared, traces, values, [{"ticksuffix": "%"}] * len(names))
 
 
-def _panels(backends: list[str], title: str) -> Figure:
-    """One full-width panel per backend, sharing the day axis (small multiples)."""
-    figure = _subplots(backends, min(0.08, 0.5 / len(backends)))
-    return _layout(figure, title, height=90 + PANEL_HEIGHT * len(backends), showlegend=False)
+def _by_backend(daily: Daily) -> Iterator[tuple[str, Callable[[list], list]]]:
+    """(backend, what cuts its values out of a whole column's list), backends in the order of
+    their first row: each column is converted once for every backend, then cut into panels
+    (a sub-frame per backend and its columns cost more than the panels' values). A backend
+    whose rows are together, as the rollups read them, is one slice."""
+    rows: dict[str, list[int]] = {}
+    for index, name in enumerate(daily["downstream"]):
+        rows.setdefault(name, []).append(index)
+    for name, positions in rows.items():
+        if positions[-1] - positions[0] + 1 == len(positions):
+
+            def cut(values: list, start=positions[0], stop=positions[-1] + 1) -> list:
+                return values[start:stop]
+
+        else:
+
+            def cut(values: list, positions=positions) -> list:
+                return [values[i] for i in positions]
+
+        yield name, cut
 
 
-def _backends(daily: pd.DataFrame) -> list[str]:
-    return list(dict.fromkeys(daily["downstream"])) if not daily.empty else []
+def _backend_panels(
+    daily: Daily,
+    title: str,
+    traces: list[dict[str, Any]],
+    panel: Callable[[str, Callable[[list], list]], tuple[list[dict[str, Any]], dict[str, Any]]],
+) -> Figure:
+    """One full-width panel per backend, sharing the day axis: `panel(backend, cut)` gives a
+    panel's trace values (without `x`) and its y axis."""
+    days = _days(daily)
+    backends, values, yaxes, shared = [], [], [], []
+    for name, cut in _by_backend(daily):
+        own, axis = panel(name, cut)
+        panel_days = cut(days)
+        shared = shared or panel_days
+        backends.append(name)
+        values.append([{**_own_x(panel_days, shared), **trace} for trace in own])
+        yaxes.append(axis)
+    figure = _layout(_figure(), title, height=90 + PANEL_HEIGHT * len(backends), showlegend=False)
+    return _panels(figure, backends, shared, traces, values, yaxes)
 
 
-def _by_backend(daily: pd.DataFrame) -> Iterator[tuple[int, str, Callable[[list], list]]]:
-    """(panel number, backend, what cuts its values out of a whole column's list) in the order
-    `_backends` gives: each column is converted once for every backend, then cut into panels
-    (a sub-frame per backend and its columns cost more than the panels' values)."""
-    positions = daily.groupby("downstream", sort=False).indices
-    for index, name in enumerate(_backends(daily), start=1):
-
-        def cut(values: list, rows=positions[name]) -> list:
-            return [values[i] for i in rows]
-
-        yield index, name, cut
-
-
-def backends_pass_rate_figure(daily: pd.DataFrame) -> Figure:
+def backends_pass_rate_figure(daily: Daily) -> Figure:
     """Daily pass rate, one panel per backend with its 95% band."""
     title = "Job pass rate per day (%)"
     if not has_data(daily):
         return _no_data(title)
-    figure = _panels(_backends(daily), title)
-    days, rates, counts = _days(daily), _percent(daily["pass_rate"]), daily["n"].tolist()
+    rates, counts = _percent(daily["pass_rate"]), np.asarray(daily["n"]).tolist()
     high, low = _band_bounds(daily)
-    symbols = ["circle" if ok else "circle-open" for ok in daily["sufficient"].astype(bool)]
-    for index, name, cut in _by_backend(daily):
-        _add(figure, _band_trace(cut(days), cut(high), cut(low)), index)
-        _add(
-            figure,
-            _trace(
-                "scatter",
-                x=cut(days),
-                y=cut(rates),
-                mode="lines+markers",
-                name=name,
-                line={"color": SUCCESS_COLOUR},
-                marker={"symbol": cut(symbols), "size": 6},
-                customdata=cut(counts),
-                hovertemplate="%{y:.1f}% of %{customdata}<extra>" + name + "</extra>",
-            ),
-            index,
-        )
-        _update_yaxis(figure, index, range=[0, 100.5], ticksuffix="%", dtick=50)
-    return figure
+    sufficient = np.asarray(daily["sufficient"], dtype=bool).tolist()
+    symbols = ["circle" if ok else "circle-open" for ok in sufficient]
+    traces = [
+        BAND,
+        _trace(
+            "scatter",
+            mode="lines+markers",
+            line={"color": SUCCESS_COLOUR},
+            marker={"size": 6},
+        ),
+    ]
+    axis = {"range": [0, 100.5], "ticksuffix": "%", "dtick": 50}
+
+    def panel(name: str, cut: Callable[[list], list]):
+        rate = {
+            "y": cut(rates),
+            "name": name,
+            "marker": {"symbol": cut(symbols)},
+            "customdata": cut(counts),
+            "hovertemplate": "%{y:.1f}% of %{customdata}<extra>" + name + "</extra>",
+        }
+        return [{"high": cut(high), "low": cut(low)}, rate], axis
+
+    return _backend_panels(daily, title, traces, panel)
 
 
-def backends_count_figure(daily: pd.DataFrame, column: str) -> Figure:
+def backends_count_figure(daily: Daily, column: str) -> Figure:
     """A daily count (`failures` or `runs`) per backend, one panel per backend."""
     titles = {
         "failures": "Failed, timed out or cancelled per day",
@@ -424,22 +433,13 @@ def backends_count_figure(daily: pd.DataFrame, column: str) -> Figure:
     title = titles.get(column, column)
     if not has_data(daily):
         return _no_data(title)
-    figure = _panels(_backends(daily), title)
     colour = FAILURE_COLOUR if column == "failures" else SUCCESS_COLOUR
-    days, counts = _days(daily), daily[column].tolist()
-    for index, name, cut in _by_backend(daily):
+    counts = np.asarray(daily[column]).tolist()
+    traces = [_trace("bar", marker={"color": colour})]
+
+    def panel(name: str, cut: Callable[[list], list]):
         values = cut(counts)
-        _add(
-            figure,
-            _trace(
-                "bar",
-                x=cut(days),
-                y=values,
-                name=name,
-                marker={"color": colour},
-                hovertemplate="%{y}<extra>" + name + "</extra>",
-            ),
-            index,
-        )
-        _update_yaxis(figure, index, **count_axis(float(max(values))))
-    return figure
+        bars = {"y": values, "name": name, "hovertemplate": "%{y}<extra>" + name + "</extra>"}
+        return [bars], count_axis(float(max(values)))
+
+    return _backend_panels(daily, title, traces, panel)

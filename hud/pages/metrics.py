@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from hud import stats
 from hud.models import Downstream, Level
@@ -74,8 +73,7 @@ def metrics_page(
     """Everything `/crcr/metrics` shows."""
     on_hud = [b for b in selectors.backends() if b.level >= Level.L2]
     shown = [selected] if selected is not None else on_hud
-    columns = daily_rows(shown, days, now, METRICS_TABS[tab])
-    daily = pd.DataFrame(columns)
+    daily = daily_rows(shown, days, now, METRICS_TABS[tab])
     return MetricsPage(
         days=days,
         tab=tab,
@@ -87,5 +85,5 @@ def metrics_page(
             "runs": charts.figure_json(charts.backends_count_figure(daily, "runs")),
         },
         # The table of numbers is shown for one backend; all of them are in the exports.
-        rows=daily_records(columns) if selected is not None else [],
+        rows=daily_records(daily) if selected is not None else [],
     )

@@ -347,6 +347,49 @@ def check_run_row(run: dict[str, Any]) -> SafeString:
     )
 
 
+_DAILY_ROW = (
+    '<tr><td>{}</td><td>{}</td><td class="num">{}</td><td class="num">{}</td>'
+    '<td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td>'
+    '<td class="num">{}</td></tr>'
+)
+
+
+@register.simple_tag
+def daily_rows(rows: list[dict[str, Any]]) -> SafeString:
+    """The metrics page's table of one backend's days (`metrics.daily_records`): pass rate and
+    its interval, n, the outcome counts, runs and median run time. Python, not template
+    nodes, for the reason `result_row` is."""
+    return SafeString(
+        "\n  ".join(
+            _html(
+                _DAILY_ROW,
+                row["downstream"],
+                row["day"].isoformat(),
+                pct(row["pass_rate"]),
+                "" if row["pass_rate"] is None else f"[{pct(row['low'])} – {pct(row['high'])}]",
+                row["n"],
+                row["successes"],
+                row["failures"],
+                row["runs"],
+                duration(row["p50_execution_seconds"]),
+            )
+            for row in rows
+        )
+    )
+
+
+@register.simple_tag
+def backend_options(backends: list[Any], selected: Any) -> SafeString:
+    """A backend `<select>`'s options, `selected` (a backend or None) marked."""
+    chosen = None if selected is None else selected.pk
+    return SafeString(
+        "".join(
+            _html("<option{}>{}</option>", " selected" if b.pk == chosen else "", b.full_name)
+            for b in backends
+        )
+    )
+
+
 def _number(value: float | None, unit: str) -> str:
     if value is None:
         return "—"

@@ -1,6 +1,9 @@
-"""Seeded rows for the page tests: stored through the real ingestion service."""
+"""Seeded rows for the page tests, stored through the real ingestion service, and a headless
+Chromium for the browser tests."""
 
 import datetime as dt
+import os
+import shutil
 
 import pytest
 
@@ -13,6 +16,39 @@ from tests.support import builders
 DAY = dt.timedelta(days=1)
 HOUR = dt.timedelta(hours=1)
 UPSTREAM = {"full_name": "pytorch/pytorch"}
+
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--window-size=1400,1000",
+)
+
+
+@pytest.fixture
+def browser():
+    """A headless Chromium with its console log readable."""
+    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
+        pytest.skip("chromium and chromium-driver are not installed")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in FLAGS:
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
 
 
 def sha(label: str) -> str:

@@ -1,8 +1,6 @@
 """The pages in headless Chromium: demo data loads, no console errors, links lead onward."""
 
-import os
 import re
-import shutil
 from urllib.parse import urlparse
 
 import pytest
@@ -12,38 +10,6 @@ from hud.ops import demo
 from tests.attribution.conftest import HOUR
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
-FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--window-size=1400,1000",
-)
-
-
-@pytest.fixture
-def browser():
-    """A headless Chromium with its console log readable."""
-    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
-        pytest.skip("chromium and chromium-driver are not installed")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in FLAGS:
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    driver.set_page_load_timeout(60)
-    yield driver
-    driver.quit()
 
 
 @pytest.fixture

@@ -59,34 +59,58 @@ def test_metrics_charts_draw_one_full_width_panel_per_backend():
         charts.backends_count_figure(DAILY, "runs"),
     ):
         data = _json(figure)
-        titles = [a["text"] for a in data["layout"]["annotations"]]
-        assert titles == list(BACKENDS)
-        axes = {trace.get("yaxis", "y") for trace in data["data"]}
-        assert axes == {"y", "y2", "y3"}
+        panels = data["panels"]
+        assert panels["titles"] == list(BACKENDS)
+        assert len(panels["values"]) == len(panels["yaxes"]) == len(BACKENDS)
+        assert all(len(values) == len(panels["traces"]) for values in panels["values"])
+        assert data["data"] == []  # every trace is a panel's
         assert data["layout"]["showlegend"] is False
         assert "barmode" not in data["layout"]  # no grouped bars
 
 
+def test_panels_carry_each_style_once_and_their_own_values_and_names():
+    panels = _json(charts.backends_pass_rate_figure(DAILY))["panels"]
+    days = [str(START + dt.timedelta(days=offset)) for offset in range(5)]
+    assert panels["x"] == days
+    (band, rate) = panels["traces"]
+    assert band["band"] is True and band["fill"] == "toself" and "high" not in band
+    assert rate["marker"] == {"size": 6} and "y" not in rate
+    first_band, first_rate = panels["values"][0]
+    assert set(first_band) == {"high", "low"} and "x" not in first_rate  # the shared days
+    assert first_rate["name"] == "org/a"
+    assert first_rate["hovertemplate"] == "%{y:.1f}% of %{customdata}<extra>org/a</extra>"
+    assert first_rate["y"] == [100.0, 75.0, 100.0, 75.0, 100.0]
+    assert first_rate["customdata"] == [3, 4, 3, 4, 3]
+    assert first_rate["marker"] == {"symbol": ["circle-open"] * 5}  # n < 10
+    # org/c reported a sixth day: its panel has its own days.
+    assert panels["values"][2][1]["x"] == [*days, str(START + dt.timedelta(days=5))]
+
+
 def test_count_axes_tick_by_whole_numbers():
-    data = _json(charts.backends_count_figure(DAILY, "failures"))
-    for axis in ("yaxis", "yaxis2", "yaxis3"):
-        assert data["layout"][axis]["tickformat"] == ",d"
-        assert data["layout"][axis]["dtick"] == 1  # at most one failure a day: no 0.5 ticks
+    yaxes = _json(charts.backends_count_figure(DAILY, "failures"))["panels"]["yaxes"]
+    for axis in yaxes:
+        assert axis["tickformat"] == ",d"
+        assert axis["dtick"] == 1  # at most one failure a day: no 0.5 ticks
     busy = _daily([_day("org/a", offset, 40, 20, 80) for offset in range(3)])
-    runs = _json(charts.backends_count_figure(busy, "runs"))["layout"]["yaxis"]
+    (runs,) = _json(charts.backends_count_figure(busy, "runs"))["panels"]["yaxes"]
     assert runs["tickformat"] == ",d" and "dtick" not in runs
     volume = _json(charts.volume_figure(busy.drop(columns="downstream")))["layout"]["yaxis"]
     assert volume["tickformat"] == ",d" and volume["rangemode"] == "tozero"
 
 
 def test_the_band_has_no_interval_on_days_without_results():
-    data = _json(charts.backends_pass_rate_figure(DAILY))
-    band = next(t for t in data["data"] if t["name"] == "95% interval" and t["yaxis"] == "y3")
-    assert band["mode"] == "lines"
-    days = len(band["x"]) // 2
-    high, low_reversed = band["y"][:days], band["y"][days:]
-    assert high[-1] is None and low_reversed[0] is None  # the empty sixth day of org/c
-    assert all(value is not None for value in high[:-1])
+    band, _ = _json(charts.backends_pass_rate_figure(DAILY))["panels"]["values"][2]
+    assert band["high"][-1] is None and band["low"][-1] is None  # the empty sixth day of org/c
+    assert None not in band["high"][:-1] and None not in band["low"][:-1]
+
+
+def test_the_metrics_page_charts_its_columns_as_it_would_their_frame():
+    columns = {column: DAILY[column].tolist() for column in DAILY.columns}
+    for build in (
+        charts.backends_pass_rate_figure,
+        lambda daily: charts.backends_count_figure(daily, "runs"),
+    ):
+        assert _json(build(columns)) == _json(build(DAILY))
 
 
 def test_no_data_draws_a_note_without_axes_band_or_traces():
@@ -113,10 +137,8 @@ def test_the_toolbar_stands_clear_of_the_title():
     assert layout["title"]["x"] == 0
 
 
-def test_every_figure_is_valid_plotly_js_json():
-    """The dicts are built without plotly; plotly's own validator (a dev dependency) accepts
-    every trace and layout property, and reads back the same figure."""
-    go = pytest.importorskip("plotly.graph_objects")
+def _figures() -> list[charts.Figure]:
+    """A figure of every kind the pages draw."""
     one = DAILY[DAILY["downstream"] == "org/a"].drop(columns="downstream")
     history = pd.DataFrame(
         [
@@ -134,7 +156,7 @@ def test_every_figure_is_valid_plotly_js_json():
             for offset in range(7)
         ]
     )
-    figures = [
+    return [
         charts.pass_rate_figure(one),
         charts.volume_figure(one),
         charts.duration_figure(one),
@@ -143,12 +165,64 @@ def test_every_figure_is_valid_plotly_js_json():
         charts.backends_count_figure(DAILY, "failures"),
         charts.pass_rate_figure(_daily([]).drop(columns="downstream")),
     ]
-    for figure in figures:
-        data = _json(figure)
-        assert json.loads(json.dumps(data, allow_nan=False)) == data
-        checked = json.loads(go.Figure(data).to_json())
-        assert checked["data"] == data["data"]
-        assert checked["layout"] == data["layout"]
+
+
+def _drawn(browser, live_server, figures: list[charts.Figure]) -> list[dict]:
+    """What static/hud/charts.js makes of each figure, in Chromium, for plotly.js to draw."""
+    browser.get(f"{live_server.url}/crcr/metrics")
+    script = "return arguments[0].map(window.crcrHud.plotlyFigure)"
+    return browser.execute_script(script, [_json(figure) for figure in figures])
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_every_figure_charts_js_draws_is_valid_plotly_js_json(browser, live_server):
+    """The dicts are built without plotly and laid out by charts.js; plotly's own validator
+    (a dev dependency) accepts every trace and layout property of what is drawn, and reads
+    back the same figure."""
+    go = pytest.importorskip("plotly.graph_objects")
+
+    drawn = _drawn(browser, live_server, _figures())
+
+    assert len(drawn) == len(_figures())
+    for figure in drawn:
+        assert figure["layout"]["template"]["layout"]["plot_bgcolor"] == "white"
+        assert not any("band" in trace or "high" in trace for trace in figure["data"])
+        checked = json.loads(go.Figure(figure).to_json())
+        assert checked["data"] == figure["data"]
+        assert checked["layout"] == figure["layout"]
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_charts_js_lays_panels_out_as_make_subplots_does(browser, live_server):
+    subplots = pytest.importorskip("plotly.subplots")
+    figure = _json(charts.backends_pass_rate_figure(DAILY))
+    spacing = figure["panels"]["spacing"]
+
+    (drawn,) = _drawn(browser, live_server, [charts.backends_pass_rate_figure(DAILY)])
+
+    made = subplots.make_subplots(
+        rows=3, cols=1, shared_xaxes=True, vertical_spacing=spacing, subplot_titles=BACKENDS
+    ).to_plotly_json()["layout"]
+    for axis in ("xaxis", "xaxis2", "xaxis3", "yaxis", "yaxis2", "yaxis3"):
+        for key in ("anchor", "matches", "showticklabels"):
+            assert drawn["layout"][axis].get(key) == made[axis].get(key), (axis, key)
+        assert drawn["layout"][axis]["domain"] == pytest.approx(list(made[axis]["domain"]))
+    for ours, theirs in zip(drawn["layout"]["annotations"], made["annotations"], strict=True):
+        assert {k: ours[k] for k in ("text", "xanchor", "yanchor", "xref", "yref")} == {
+            k: theirs[k] for k in ("text", "xanchor", "yanchor", "xref", "yref")
+        }
+        assert (ours["x"], ours["y"]) == pytest.approx((theirs["x"], theirs["y"]))
+    assert drawn["layout"]["yaxis3"]["ticksuffix"] == "%"  # the panel's own axis
+    # Each panel's band is one closed shape over its days: up along high, back along low.
+    band = next(t for t in drawn["data"] if t["name"] == "95% interval" and t["yaxis"] == "y3")
+    days = [str(START + dt.timedelta(days=offset)) for offset in range(6)]
+    assert band["x"] == days + days[::-1]
+    assert band["y"][5] is None and band["y"][6] is None  # the sixth day has no interval
+    rate = next(t for t in drawn["data"] if t.get("name") == "org/b")
+    assert rate["marker"] == {"size": 6, "symbol": ["circle-open"] * 5}
+    assert (rate["xaxis"], rate["yaxis"]) == ("x2", "y2")
 
 
 def test_figure_json_makes_every_nan_and_infinity_null_and_numpy_plain():
@@ -157,7 +231,7 @@ def test_figure_json_makes_every_nan_and_infinity_null_and_numpy_plain():
             {"x": ["a", "b", None], "y": [1.5, math.nan, 2, None, math.inf], "flags": [True, 3]},
             {"y": (np.float64("nan"), np.int64(4), -math.inf), "customdata": [[1.0, math.nan]]},
         ],
-        "layout": {"template": charts.PLOTLY_WHITE, "height": np.float64(2.5)},
+        "layout": {"title": {"text": "t"}, "height": np.float64(2.5)},
     }
 
     data = charts.figure_json(figure)
@@ -169,7 +243,7 @@ def test_figure_json_makes_every_nan_and_infinity_null_and_numpy_plain():
     }
     assert data["data"][1] == {"y": [None, 4, None], "customdata": [[1.0, None]]}
     assert type(data["data"][1]["y"][1]) is int
-    assert data["layout"] == {"template": charts.PLOTLY_WHITE, "height": 2.5}
+    assert data["layout"] == {"title": {"text": "t"}, "height": 2.5}
     assert json.loads(json.dumps(data, allow_nan=False)) == data
 
 
