@@ -204,9 +204,7 @@ class DailyMetrics(APIView):
         days = _days(request, pages.METRICS_DEFAULT_DAYS)
         events = _event_types(request)
         backend = _downstream(request)
-        backends = (
-            [backend] if backend is not None else [b for b in selectors.backends() if b.level >= 2]
-        )
+        backends = [backend] if backend is not None else selectors.on_hud()
         daily = pages.daily_rows(backends, days, clock.now(), events)
         # The records are plain JSON values already; DailyRowSerializer documents them (and
         # tests/api prove the body equal to its output), where running it over 50 backends'

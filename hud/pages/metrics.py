@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from hud import stats
-from hud.models import Downstream, Level
+from hud.models import Downstream
 from hud.pages import charts
 from hud.pages.common import NIGHTLY_EVENTS, Window
 from hud.reads import rollups, selectors
@@ -24,7 +24,10 @@ METRICS_TABS = {
 
 
 def daily_rows(
-    backends: list[Downstream], days: int, now: dt.datetime, events: Iterable[str] | None = None
+    backends: Sequence[Downstream | selectors.HudBackend],
+    days: int,
+    now: dt.datetime,
+    events: Iterable[str] | None = None,
 ) -> dict[str, np.ndarray | list]:
     """`hud.stats.daily_series` per backend over the last `days` UTC days, from the rollups, as
     columns: `downstream` (owner/repo), then `stats.DAILY_COLUMNS`."""
@@ -62,7 +65,7 @@ class MetricsPage:
     days: int
     tab: str
     selected: Downstream | None
-    backends: list[Downstream]
+    backends: list[selectors.HudBackend]
     figures: dict[str, dict]
     rows: list[dict[str, Any]]
 
@@ -71,7 +74,7 @@ def metrics_page(
     days: int, tab: str, now: dt.datetime, selected: Downstream | None = None
 ) -> MetricsPage:
     """Everything `/crcr/metrics` shows."""
-    on_hud = [b for b in selectors.backends() if b.level >= Level.L2]
+    on_hud = selectors.on_hud()
     shown = [selected] if selected is not None else on_hud
     daily = daily_rows(shown, days, now, METRICS_TABS[tab])
     return MetricsPage(

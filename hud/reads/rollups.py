@@ -46,10 +46,10 @@ def daily_table(
     table's columns (`downstream_id`, then the series' own), backend by backend, read from the
     rollups; means are over durations summed in whole milliseconds. Columns, not a frame: the
     API hands them out as they are (a DataFrame of 30 rows cost as much as reading them)."""
-    days = stats.day_index(start, end)
+    dates = stats.utc_dates(start, end)
     events = None if events is None else sorted(set(events))
-    first = days[0].date()
-    where, params = _rollup_filter(downstream_ids, first, days[-1].date(), events)
+    first = dates[0]
+    where, params = _rollup_filter(downstream_ids, first, dates[-1], events)
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT downstream_id, {days_after_sql('day')}, {_ROLLUP_SUMS} WHERE {where}"
@@ -64,11 +64,11 @@ def daily_table(
     ids = np.asarray(downstream_ids, dtype=np.int64)
     order = np.argsort(ids, kind="stable")
     backend_rows = order[np.searchsorted(ids[order], read[:, 0])]
-    rows = backend_rows * len(days) + read[:, 1]
-    sums = np.zeros((len(ids) * len(days), len(_SUMMED)), dtype=np.int64)
+    rows = backend_rows * len(dates) + read[:, 1]
+    sums = np.zeros((len(ids) * len(dates), len(_SUMMED)), dtype=np.int64)
     sums[rows] = read[:, 2 : 2 + len(_SUMMED)]
     # (backend, ISO day) → fingerprint (integers on either database), for the days with runs.
-    iso_days = [day.date().isoformat() for day in days]
+    iso_days = [day.isoformat() for day in dates]
     ran = read[read[:, 2 + _SUMMED.index("runs")] > 0]
     fingerprints = {
         (backend, iso_days[offset]): tuple(fingerprint)
@@ -82,16 +82,15 @@ def daily_table(
         "p50_execution_seconds": np.full(len(sums), np.nan),
         "p50_end_to_end_seconds": np.full(len(sums), np.nan),
     }
-    row_of = {backend: index * len(days) for index, backend in enumerate(downstream_ids)}
+    row_of = {backend: index * len(dates) for index, backend in enumerate(downstream_ids)}
     day_of = {day: index for index, day in enumerate(iso_days)}
     for backend, day, execution, end_to_end in _medians(fingerprints, end, events):
         at = row_of[backend] + day_of[day]
         durations["p50_execution_seconds"][at] = np.nan if execution is None else execution
         durations["p50_end_to_end_seconds"][at] = np.nan if end_to_end is None else end_to_end
     counts = {outcome: summed[column] for outcome, column in OUTCOME_COLUMNS.items()}
-    dates = [day.date() for day in days]
     return {
-        "downstream_id": np.repeat(ids, len(days)),
+        "downstream_id": np.repeat(ids, len(dates)),
         "day": dates * len(downstream_ids),
         **stats.daily_columns(counts, durations),
     }

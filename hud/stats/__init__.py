@@ -33,6 +33,7 @@ from hud.stats.daily import (
     daily_columns,
     daily_series,
     day_index,
+    utc_dates,
 )
 from hud.stats.frames import (
     ATTEMPT_KEY,
@@ -212,5 +213,6 @@ __all__ = [
     "timeout_rate",
     "timing_estimates",
     "usual_gap_seconds",
+    "utc_dates",
     "wilson_interval",
 ]

@@ -358,19 +358,19 @@ _DAILY_ROW = (
 def daily_rows(rows: list[dict[str, Any]]) -> SafeString:
     """The metrics page's table of one backend's days (`metrics.daily_records`): pass rate and
     its interval, n, the outcome counts, runs and median run time. Python, not template
-    nodes, for the reason `result_row` is."""
+    nodes, for the reason `result_row` is; the backend's name is the one text to escape (the
+    rest are numbers and dates written here)."""
     return SafeString(
         "\n  ".join(
-            _html(
-                _DAILY_ROW,
-                row["downstream"],
+            _DAILY_ROW.format(
+                escape(row["downstream"]),
                 row["day"].isoformat(),
                 pct(row["pass_rate"]),
                 "" if row["pass_rate"] is None else f"[{pct(row['low'])} – {pct(row['high'])}]",
-                row["n"],
-                row["successes"],
-                row["failures"],
-                row["runs"],
+                int(row["n"]),
+                int(row["successes"]),
+                int(row["failures"]),
+                int(row["runs"]),
                 duration(row["p50_execution_seconds"]),
             )
             for row in rows
@@ -380,11 +380,12 @@ def daily_rows(rows: list[dict[str, Any]]) -> SafeString:
 
 @register.simple_tag
 def backend_options(backends: list[Any], selected: Any) -> SafeString:
-    """A backend `<select>`'s options, `selected` (a backend or None) marked."""
-    chosen = None if selected is None else selected.pk
+    """A backend `<select>`'s options (anything with an `id` and a `full_name`), `selected`
+    (a backend or None) marked."""
+    chosen = None if selected is None else selected.id
     return SafeString(
         "".join(
-            _html("<option{}>{}</option>", " selected" if b.pk == chosen else "", b.full_name)
+            f"<option{' selected' if b.id == chosen else ''}>{escape(b.full_name)}</option>"
             for b in backends
         )
     )

@@ -760,3 +760,25 @@ def test_daily_series_is_each_days_own_figures(attempts):
             else:
                 assert mean == pytest.approx(known.mean(), rel=1e-12)
                 assert median == pytest.approx(known.median(), rel=1e-12)
+
+
+@given(
+    start=st.datetimes(
+        min_value=dt.datetime(2025, 1, 1),
+        max_value=dt.datetime(2027, 1, 1),
+        timezones=st.just(dt.UTC),
+    ),
+    length=st.timedeltas(min_value=dt.timedelta(microseconds=1), max_value=dt.timedelta(days=95)),
+    offset=st.sampled_from([0, 2, -5]),
+)
+@example(start=dt.datetime(2026, 11, 1, tzinfo=dt.UTC), length=dt.timedelta(days=7), offset=0)
+@example(
+    start=dt.datetime(2026, 11, 1, 23, 59, tzinfo=dt.UTC), length=dt.timedelta(minutes=1), offset=0
+)
+def test_utc_dates_are_the_day_index_days(start, length, offset):
+    """The rollups' days without pandas are `day_index`'s, whatever the zone of the bounds
+    and wherever they fall (a midnight end touches no day of its own)."""
+    zone = dt.timezone(dt.timedelta(hours=offset))
+    begin, end = start.astimezone(zone), (start + length).astimezone(zone)
+
+    assert stats.utc_dates(begin, end) == [day.date() for day in stats.day_index(begin, end)]
