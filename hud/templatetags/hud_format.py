@@ -405,6 +405,76 @@ def _number(value: float | None, unit: str) -> str:
     return f"{value:.4g}"
 
 
+_CARD = """<div class="card stat" title="{} Window: the last {} day{}." data-metric="{}">
+  <div class="label">{}</div>
+  <div class="value">{}</div>
+  <div class="ci">{} n={}{}</div>{}
+</div>"""
+_GATE_FIGURE = (
+    '\n  <div class="ci gate-figure" title="The gate\'s {} over its own window of {} days (admin'
+    ' exclusions applied), as in the gate table below.">gate, {} d: {}</div>'
+)
+
+
+@register.simple_tag(takes_context=True)
+def stat_card(context, key: str, label: str, est: Estimate | None, tip: str) -> SafeString:
+    """A backend page's stat card: the estimate of metric `key` over the page window (`days`
+    in the context) with its interval and n, and the gate's own figure of it when the gate
+    judges it (`gate_figures`). Python, not an included template, for the reason
+    `result_row` is (a page has eleven)."""
+    days = context["days"]
+    few = " · few data" if est is not None and not est.sufficient and est.value is not None else ""
+    gate = (context.get("gate_figures") or {}).get(key)
+    figure = ""
+    if gate:
+        value = criterion_number(gate.value, gate.unit)
+        figure = _html(_GATE_FIGURE, gate.name, gate.window_days, gate.window_days, value)
+    return _html(
+        _CARD,
+        tip,
+        days,
+        "" if days == 1 else "s",
+        key,
+        label,
+        estimate_value(est),
+        interval(est),
+        "" if est is None else est.n,
+        few,
+        figure,
+    )
+
+
+_FAILED_TEST_ROW = """<tr>
+      <td><code>{}::{}</code></td>
+      <td class="num">{}</td>
+      <td class="num">{}</td>
+      <td><a href="{}" rel="noopener">{}</a></td>
+      <td><pre class="message">{}</pre></td>
+    </tr>"""
+
+
+@register.simple_tag
+def failed_test_rows(tests: list[Any]) -> SafeString:
+    """The backend page's ranked failed tests (`selectors.failed_tests_ranked`): name,
+    occurrences, attempts, when last seen (linking to that run) and the last message. Python,
+    not template nodes, for the reason `result_row` is."""
+    return SafeString(
+        "\n    ".join(
+            _html(
+                _FAILED_TEST_ROW,
+                t.classname,
+                t.name,
+                t.occurrences,
+                t.jobs,
+                t.last_workflow_url,
+                ago(t.last_seen),
+                truncatechars(t.last_message, 400),
+            )
+            for t in tests
+        )
+    )
+
+
 # `json_script`'s escapes, so the JSON cannot end its <script> element or start markup.
 _SCRIPT_ESCAPES = (("&", "\\u0026"), ("<", "\\u003C"), (">", "\\u003E"))
 
