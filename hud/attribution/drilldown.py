@@ -151,9 +151,9 @@ def _run_origins(
 def _window_failures(
     downstream_id: int, start: dt.datetime, end: dt.datetime, test: tuple[str, str] | None = None
 ) -> list[dict[str, Any]]:
-    queryset = FailedTest.objects.filter(
-        job__downstream_id=downstream_id, job__placed_at__gte=start, job__placed_at__lt=end
-    )
+    # The window's attempts' tests (`__any` of their ids, as `selectors.failed_tests_ranked`).
+    jobs = Job.objects.filter(downstream_id=downstream_id, placed_at__gte=start, placed_at__lt=end)
+    queryset = FailedTest.objects.filter(job_id__any=jobs.values("id"))
     if test is not None:
         queryset = queryset.filter(classname=test[0], name=test[1])
     return list(

@@ -328,14 +328,16 @@ def failed_tests_ranked(
     job_name: str | None = None,
     limit: int = 50,
 ) -> list[FailedTestRank]:
-    """Failed tests of a backend's attempts placed in [start, end), most frequent first."""
-    queryset = FailedTest.objects.filter(
-        job__downstream_id=downstream_id, job__placed_at__gte=start, job__placed_at__lt=end
-    )
+    """Failed tests of a backend's attempts placed in [start, end), most frequent first.
+
+    The tests are those of the window's attempts (`__any` of their ids): a join on the
+    attempts' filter let PostgreSQL hash every failed test stored."""
+    jobs = Job.objects.filter(downstream_id=downstream_id, placed_at__gte=start, placed_at__lt=end)
     if event_type:
-        queryset = queryset.filter(job__event_type=event_type)
+        jobs = jobs.filter(event_type=event_type)
     if job_name:
-        queryset = queryset.filter(job__job_name=job_name)
+        jobs = jobs.filter(job_name=job_name)
+    queryset = FailedTest.objects.filter(job_id__any=jobs.values("id"))
     ranked = list(
         queryset.values("classname", "name")
         .annotate(

@@ -59,3 +59,18 @@ def test_the_list_is_one_parameter_on_postgresql(jobs):
         assert "= ANY(" in sql and " IN (" not in sql
     else:
         assert " IN (" in sql
+
+
+def test_a_queryset_is_probed_as_an_array_on_postgresql(jobs):
+    """A queryset runs once as an array (`= ANY(ARRAY(…))`) rather than as `IN (subquery)`,
+    which PostgreSQL may plan as a join hashing every failed test stored."""
+    window = Job.objects.filter(downstream__full_name="org/a").values("id")
+    with CaptureQueriesContext(connection) as captured:
+        found = set(FailedTest.objects.filter(job_id__any=window))
+    sql = captured.captured_queries[0]["sql"]
+    assert found == set(FailedTest.objects.filter(job__downstream__full_name="org/a"))
+    assert found  # the fixture gave org/a failed tests
+    if connection.vendor == "postgresql":
+        assert "= ANY(ARRAY(SELECT" in sql and " IN (" not in sql
+    else:
+        assert " IN (SELECT" in sql
