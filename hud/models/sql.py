@@ -9,16 +9,19 @@ first callback of a backend, an alias, a re-run's queue time) stay in the ORM.
 
 `tests/ingestion/test_sql.py` checks the column lists against the models, so a new field cannot be
 silently left out.
+
+Below them, what every layer's written-out reads share: a column among values (`any_sql`),
+running a statement (`statement_rows`) and making model instances of its rows (`instance`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any, TypeVar
 
-from django.db import DEFAULT_DB_ALIAS, connections, models
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 
 ModelT = TypeVar("ModelT", bound=models.Model)
 
@@ -192,6 +195,37 @@ def failed_test_columns(job_id: int, tests: Sequence[Any]) -> list[list[Any]]:
         [test.stacktrace for test in tests],
         [test.duration for test in tests],
     ]
+
+
+# --- Written-out reads ------------------------------------------------------------------------
+
+
+def any_sql(column: str, values: Iterable) -> tuple[str, list]:
+    """SQL of `column` being one of `values`, and its parameters: one array parameter on
+    PostgreSQL (hud.models.lookups), a placeholder per value elsewhere."""
+    values = list(values)
+    if connection.vendor == "postgresql":
+        return f"{column} = ANY(%s)", [values]
+    return f"{column} IN ({', '.join(['%s'] * len(values))})", values
+
+
+def statement_rows(statement: str, params: Sequence, *, utc: Collection[int] = ()) -> list[tuple]:
+    """The rows of a written-out statement as the driver gives them. `utc`: the positions of
+    datetime columns (a column of a table, not an expression), which SQLite's driver gives
+    naive (the UTC Django stores): they get UTC attached, so they compare as a queryset's
+    would."""
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        rows = cursor.fetchall()
+    if utc and connection.vendor == "sqlite":
+        rows = [
+            tuple(
+                value.replace(tzinfo=dt.UTC) if index in utc and value is not None else value
+                for index, value in enumerate(row)
+            )
+            for row in rows
+        ]
+    return rows
 
 
 # --- Rows to model instances ---------------------------------------------------------------

@@ -43,8 +43,9 @@ from django.db.models import (
 
 from hud import gates, stats
 from hud.models import DailyRollup, Downstream, Job, LogicalJob, sql
+from hud.models.sql import any_sql, statement_rows
 from hud.reads.rollups import OUTCOME_COLUMNS
-from hud.reads.rows import any_sql, float_groups, statement_rows, utc_day_sql
+from hud.reads.rows import float_groups, utc_day_sql
 from hud.reads.selectors import FRAME_COLUMNS, FRAME_NAMES
 
 # Shares of logical jobs, shares of attempts, and figures of timed attempts' durations.

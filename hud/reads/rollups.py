@@ -20,7 +20,8 @@ from django.db import connection
 
 from hud import stats
 from hud.models import DailyRollup, Job
-from hud.reads.rows import any_sql, days_after_sql
+from hud.models.sql import any_sql
+from hud.reads.rows import days_after_sql
 
 # The daily rollup's column of each outcome class.
 OUTCOME_COLUMNS = {

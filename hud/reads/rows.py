@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 from django.db import connection
 from django.db.models import Aggregate, BinaryField
 from django.db.models.functions import TruncDate
+
+from hud.models.sql import statement_rows
 
 
 def driver_rows(queryset, *, utc: Collection[int] = ()) -> list[tuple]:
@@ -22,25 +24,6 @@ def driver_rows(queryset, *, utc: Collection[int] = ()) -> list[tuple]:
     fetched at once. For readers that type the columns themselves (pandas); a date comes back a
     `date` on PostgreSQL, text on SQLite. `utc`: as `statement_rows`."""
     return statement_rows(*queryset.query.sql_with_params(), utc=utc)
-
-
-def statement_rows(sql: str, params: Sequence, *, utc: Collection[int] = ()) -> list[tuple]:
-    """The rows of a written-out statement as the driver gives them. `utc`: the positions of
-    datetime columns (a column of a table, not an expression), which SQLite's driver gives
-    naive (the UTC Django stores): they get UTC attached, so they compare as a queryset's
-    would."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    if utc and connection.vendor == "sqlite":
-        rows = [
-            tuple(
-                value.replace(tzinfo=dt.UTC) if index in utc and value is not None else value
-                for index, value in enumerate(row)
-            )
-            for row in rows
-        ]
-    return rows
 
 
 def float_groups(
@@ -109,12 +92,3 @@ def days_after_sql(column: str) -> str:
     if connection.vendor == "postgresql":
         return f"{column} - %s::date"
     return f"CAST(julianday({column}) - julianday(%s) AS INTEGER)"
-
-
-def any_sql(column: str, values: Iterable) -> tuple[str, list]:
-    """SQL of `column` being one of `values`, and its parameters: one array parameter on
-    PostgreSQL (hud.models.lookups), a placeholder per value elsewhere."""
-    values = list(values)
-    if connection.vendor == "postgresql":
-        return f"{column} = ANY(%s)", [values]
-    return f"{column} IN ({', '.join(['%s'] * len(values))})", values

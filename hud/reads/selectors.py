@@ -26,7 +26,8 @@ from hud.models import (
     PromotionRequest,
     sql,
 )
-from hud.reads.rows import any_sql, driver_rows
+from hud.models.sql import any_sql
+from hud.reads.rows import driver_rows
 
 
 @dataclass(frozen=True)
