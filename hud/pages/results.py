@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 
 from hud import attribution, levels, stats
-from hud.models import Dispatch, Downstream, FailedTest, Job, Level
+from hud.models import Dispatch, Downstream, Job, Level
 from hud.pages.common import badge_dict, cell_status
 from hud.reads import selectors
 
@@ -27,7 +27,7 @@ class ReportedJob:
     job: Job
     status: str
     attempts: int
-    failed_tests: list[FailedTest]
+    failed_tests: list[selectors.ShownTest]
     earlier: list[Job]
     verdict: dict[str, Any] | None = None
 

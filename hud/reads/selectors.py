@@ -370,11 +370,21 @@ def failed_tests_ranked(
     ]
 
 
-def failed_tests_for(jobs_ids: list[int]) -> dict[int, list[FailedTest]]:
-    """Failed tests of the given attempts, by job id, in one query."""
-    grouped: dict[int, list[FailedTest]] = {job_id: [] for job_id in jobs_ids}
-    for test in FailedTest.objects.filter(job_id__in=jobs_ids).order_by("job_id", "id"):
-        grouped[test.job_id].append(test)
+class ShownTest(NamedTuple):
+    """A failed test as a results page lists it."""
+
+    classname: str
+    name: str
+    message: str
+
+
+def failed_tests_for(jobs_ids: list[int]) -> dict[int, list[ShownTest]]:
+    """Failed tests of the given attempts, by job id, in one query: what a results page lists
+    of each (not its stack trace, up to 4 kB each, nor a model instance per test)."""
+    grouped: dict[int, list[ShownTest]] = {job_id: [] for job_id in jobs_ids}
+    rows = FailedTest.objects.filter(job_id__any=jobs_ids).order_by("job_id", "id")
+    for job_id, *shown in rows.values_list("job_id", "classname", "name", "message"):
+        grouped[job_id].append(ShownTest(*shown))
     return grouped
 
 

@@ -28,9 +28,20 @@ def _html(template: str, *args: Any) -> SafeString:
     when it has one, else `html.escape` of its text) and without the lazy-string checks
     Django wraps around each argument, which made it ~4× slower per call. The tags below lay
     out a page's hundreds of cells and rows, several calls each (docs/performance.md)."""
-    return SafeString(
-        template.format(*(a.__html__() if hasattr(a, "__html__") else escape(str(a)) for a in args))
-    )
+    return SafeString(template.format(*map(_escaped, args)))
+
+
+def _escaped(value: Any) -> str:
+    # By exact type first: most arguments are markup made here, text or numbers, and a
+    # `hasattr` per argument was a fifth of a PR page's ~1,800 calls.
+    kind = type(value)
+    if kind is SafeString:
+        return value
+    if kind is str:
+        return escape(value)
+    if kind is int or kind is float:
+        return str(value)
+    return value.__html__() if hasattr(value, "__html__") else escape(str(value))
 
 
 # (css class, symbol, word, what it means): never colour alone. Every symbol is in DejaVu Sans
@@ -473,6 +484,39 @@ def failed_test_rows(tests: list[Any]) -> SafeString:
             for t in tests
         )
     )
+
+
+_LEVEL_THEN = (
+    '<span class="level level-then" title="Effective level on {} UTC, when the newest head SHA'
+    ' here ran (level history; an override then wins)">L{}</span>'
+)
+_NOT_LISTED_THEN = (
+    '<span class="level level-then" title="Not listed on {} UTC, when the newest head SHA here'
+    ' ran">not listed</span>'
+)
+_LEVEL_NOW = (
+    ' <span class="muted level-now" title="The level changed after this {} ran; its results'
+    ' were judged under the level shown first">now {}</span>'
+)
+
+
+@register.simple_tag
+def section_heading(section: Any, kind: str, levels_as_of: dt.datetime | None) -> SafeString:
+    """A PR or commit page's heading of one backend's results: its name (linking to its page),
+    its level when the newest head SHA ran and, if it changed since, its level now. Python,
+    not template nodes, for the reason `result_row` is (a page has one per backend)."""
+    name = section.backend.full_name
+    when = (
+        "" if levels_as_of is None else levels_as_of.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M")
+    )
+    if section.level_then:
+        level = _html(_LEVEL_THEN, when, section.level_then)
+    else:
+        level = _html(_NOT_LISTED_THEN, when)
+    now = ""
+    if section.level_changed:
+        now = _html(_LEVEL_NOW, kind, f"L{section.level_now}" if section.level_now else "delisted")
+    return _html('<h2><a href="/crcr/{}">{}</a> {}{}</h2>', name, name, level, now)
 
 
 # `json_script`'s escapes, so the JSON cannot end its <script> element or start markup.
