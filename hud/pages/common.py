@@ -10,6 +10,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
 from hud import attribution, stats
@@ -112,26 +113,18 @@ def is_stale(last_result_at: dt.datetime | None, usual_gap: float | None, window
 
 def logical_with_status(latest: pd.DataFrame, now: dt.datetime) -> pd.DataFrame:
     """The latest attempt of each logical job of a frame read from the derived layer
-    (`hud.reads.logical`) with its display status (`cell_status`): stuck is judged on the
-    latest attempt's own row, as `stats.stuck_jobs` does."""
-    stuck = [
-        stats.is_stuck(status, None if pd.isna(received) else received, placed, now)
-        for status, received, placed in zip(
-            latest["row_status"], latest["in_progress_received_at"], latest["placed_at"],
-            strict=True,
-        )
-    ]  # fmt: skip
-    return _with_display(latest, stuck)
-
-
-def _with_display(latest: pd.DataFrame, stuck: list[bool]) -> pd.DataFrame:
-    statuses = [
-        cell_status(status, conclusion, is_stuck)
-        for status, conclusion, is_stuck in zip(
-            latest["status"], latest["conclusion"], stuck, strict=True
-        )
-    ]
-    return latest.assign(display=pd.Series(statuses, index=latest.index, dtype=object))
+    (`hud.reads.logical`) with its display status (`cell_status`, as arrays): stuck is judged
+    on the latest attempt's own row, by `stats.is_stuck`'s rule (`stats.stuck_jobs`' form)."""
+    since = latest["in_progress_received_at"].fillna(latest["placed_at"])
+    cutoff = pd.Timestamp(now) - pd.Timedelta(stats.DEFAULT_STUCK_AFTER)
+    stuck = ((latest["row_status"] == "in_progress") & (since < cutoff)).to_numpy()
+    conclusion = latest["conclusion"].to_numpy(dtype=object)
+    display = np.where(
+        latest["status"].to_numpy() == "completed",
+        np.where(conclusion == "", "neutral", conclusion),
+        np.where(stuck, "stuck", "in_progress"),
+    ).astype(object)
+    return latest.assign(display=pd.Series(display, index=latest.index, dtype=object))
 
 
 def badge_dict(verdict: str) -> dict[str, str]:

@@ -8,6 +8,7 @@ attempt (its worst leg) were derived when the attempt was stored.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 
@@ -43,6 +44,12 @@ _EXTRAS = (
 )
 
 
+# The extras' types (`_EXTRAS`), which an empty read cannot infer.
+_EXTRA_TYPES = {
+    "attempts": "int64", "outcome": object, "row_status": object, "downstream_id": "int64",
+}  # fmt: skip
+
+
 def latest_frame(rows: QuerySet[LogicalJob]) -> pd.DataFrame:
     """The logical jobs of `rows` as a latest-attempts frame, ordered by logical job key."""
     columns = [*_COLUMNS, *_EXTRAS]
@@ -50,9 +57,9 @@ def latest_frame(rows: QuerySet[LogicalJob]) -> pd.DataFrame:
     # Typed once, by `stats.rows_frame`, not first by Django's converters value by value.
     records = driver_rows(rows.order_by(*order).values_list(*(path for _, path in columns)))
     frame = stats.rows_frame(records, [name for name, _ in columns])
-    return frame.astype(
-        {"attempts": "int64", "outcome": object, "row_status": object, "downstream_id": "int64"}
-    )
+    # Typed as read unless there were no rows to infer from: casting a frame copies it whole.
+    retype = {c: t for c, t in _EXTRA_TYPES.items() if frame[c].dtype != np.dtype(t)}
+    return frame.astype(retype) if retype else frame
 
 
 def newest_nightlies(downstream_ids: list[int], events: tuple[str, ...]) -> dict[int, pd.DataFrame]:
