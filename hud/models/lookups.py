@@ -16,14 +16,17 @@ from django.core.exceptions import EmptyResultSet
 from django.db.models import Field, ForeignObject
 from django.db.models.fields.related_lookups import RelatedIn
 from django.db.models.lookups import In
+from django.db.models.sql import Query
 
 
 class _AsArray:
     def as_postgresql(self, compiler, connection):
         lhs, lhs_params = self.process_lhs(compiler, connection)
-        if not self.rhs_is_direct_value():
+        if isinstance(self.rhs, Query):  # a queryset
             rhs, rhs_params = self.process_rhs(compiler, connection)  # "(SELECT …)"
             return f"{lhs} = ANY(ARRAY{rhs})", (*lhs_params, *rhs_params)
+        if not self.rhs_is_direct_value():  # expressions: as `__in` writes them
+            return self.as_sql(compiler, connection)
         field = self.lhs.output_field
         values = [
             field.get_db_prep_value(value, connection, prepared=True)

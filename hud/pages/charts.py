@@ -114,6 +114,7 @@ def _panels(
     traces: list[dict[str, Any]],
     values: list[list[dict[str, Any]]],
     yaxes: list[dict[str, Any]],
+    spacing: float,
 ) -> Figure:
     """Small multiples: one titled, full-width panel per entry of `titles`, sharing the x
     axis (the rows of one column that `make_subplots` lays out). They travel as one panel's
@@ -122,7 +123,7 @@ def _panels(
     style once, not 50 times. A trace's `x` is `x` unless its values give their own."""
     figure["panels"] = {
         "titles": titles,
-        "spacing": min(0.08, 0.5 / len(titles)),
+        "spacing": spacing,
         "x": x,
         "traces": traces,
         "values": values,
@@ -345,7 +346,8 @@ def gate_history_figure(history: pd.DataFrame) -> Figure:
         "Gated rates as of each day (policy window, 95% interval)",
         height=max(260, 190 * len(names)),
     )
-    return _panels(figure, names, shared, traces, values, [{"ticksuffix": "%"}] * len(names))
+    yaxes = [{"ticksuffix": "%"}] * len(names)
+    return _panels(figure, names, shared, traces, values, yaxes, 0.08)
 
 
 def _by_backend(daily: Daily) -> Iterator[tuple[str, Callable[[list], list]]]:
@@ -388,7 +390,7 @@ def _backend_panels(
         values.append([{**_own_x(panel_days, shared), **trace} for trace in own])
         yaxes.append(axis)
     figure = _layout(_figure(), title, height=90 + PANEL_HEIGHT * len(backends), showlegend=False)
-    return _panels(figure, backends, shared, traces, values, yaxes)
+    return _panels(figure, backends, shared, traces, values, yaxes, min(0.08, 0.5 / len(backends)))
 
 
 def backends_pass_rate_figure(daily: Daily) -> Figure:

@@ -151,7 +151,7 @@ _NOT_PASSING = (stats.FAILURE, stats.TIMED_OUT, stats.CANCELLED)
 _LAYER = ["downstream_id", *_KEY, "ref", "latest_job_id", "latest_status", "outcome",
           "first_outcome", "attempts", "flake_eligible", "flaky", "placed_at",
           "last_placed_at"]  # fmt: skip
-# Where `_LAYER`'s times are (`driver_rows` gives SQLite's naive).
+# Where `_LAYER`'s times are (`statement_rows` gives SQLite's naive).
 _LAYER_TIMES = (_LAYER.index("placed_at"), _LAYER.index("last_placed_at"))
 
 
@@ -469,11 +469,12 @@ def _per_day(
         f" {columns} FROM {table} WHERE {where} GROUP BY 1, 2, 3"
     )
     rows = statement_rows(statement, [*late_params, *params, *where_params])
-    # SQLite's date() is ISO text.
-    return [
-        (backend, day if isinstance(day, dt.date) else dt.date.fromisoformat(day), bool(late), *n)
-        for backend, day, late, *n in rows
-    ]
+    return [(backend, _date(day), bool(late), *n) for backend, day, late, *n in rows]
+
+
+def _date(value: dt.date | str) -> dt.date:
+    """A date read by plain SQL: SQLite gives ISO text."""
+    return value if isinstance(value, dt.date) else dt.date.fromisoformat(value)
 
 
 def _split_days(
@@ -510,12 +511,12 @@ def _runs(days: Sequence[dt.date]) -> list[tuple[dt.date, dt.date]]:
 
 # The rollup columns `_add_rollups` sums: the logical jobs' (as `_JOB_COUNTS`, less the
 # counted column) and the completed attempts' (as `_ATTEMPT_COUNTS`).
-_ROLLUP_SUMS = [
+_ROLLUP_COLUMNS = [
     *(OUTCOME_COLUMNS[outcome] for outcome in _OUTCOMES),
     "completed_jobs", "rerun_jobs", "completed_attempts", "overrun_known", "overrun",
 ]  # fmt: skip
 _ROLLUPS = (
-    f"SELECT downstream_id, day, {', '.join(f'SUM({column})' for column in _ROLLUP_SUMS)}"
+    f"SELECT downstream_id, day, {', '.join(f'SUM({column})' for column in _ROLLUP_COLUMNS)}"
     f" FROM {DailyRollup._meta.db_table} WHERE {{backends}} AND ({{days}})"
     " GROUP BY downstream_id, day"
 )
@@ -536,8 +537,7 @@ def _add_rollups(
     statement = _ROLLUPS.format(backends=backends, days=spans)
     jobs_end = len(_OUTCOMES) + 2
     for backend, day, *counts in statement_rows(statement, [*params, *itertools.chain(*runs)]):
-        # SQLite's date is ISO text.
-        day = day if isinstance(day, dt.date) else dt.date.fromisoformat(day)
+        day = _date(day)
         counted = sum(counts[_OUTCOMES.index(outcome)] for outcome in stats.COUNTED)
         out[backend].jobs.add(day, False, [*counts[:jobs_end], counted])
         out[backend].attempts.add(day, False, counts[jobs_end:])

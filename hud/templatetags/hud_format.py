@@ -1,8 +1,10 @@
 """Template helpers: status badges (symbol + word + colour), percentages, durations, intervals,
 times.
 
-Everything goes through `_html` (`format_html`'s escaping), so data is escaped; nothing is
-marked safe unescaped (a chart's JSON is escaped for its script element, as `json_script`).
+Everything goes through `_html` (`format_html`'s escaping), so data is escaped, or through
+`escape` where a tag writes only its own numbers and dates besides (`daily_rows`,
+`backend_options`); nothing is marked safe unescaped (a chart's JSON is escaped for its script
+element, as `json_script`).
 """
 
 from __future__ import annotations

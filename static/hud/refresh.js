@@ -1,7 +1,9 @@
 // Auto-refresh of pages whose <main> has data-refresh-seconds (summary, backend, PR pages).
 // Every interval it fetches the same URL and, only when the main content changed, swaps it in
 // place: no reload, scroll kept, unchanged charts kept as drawn, open <details> kept open.
-// A checkbox in the top bar turns it off; the choice is remembered in localStorage.
+// A fetched page whose scripts are not the ones this page runs (a deploy changed them: their
+// names carry their content's hash) is loaded whole instead, so its content is drawn by its
+// own code. A checkbox in the top bar turns it off; the choice is remembered in localStorage.
 (function () {
   "use strict";
   var KEY = "crcr-hud:auto-refresh";
@@ -12,6 +14,7 @@
   // The main content as served (this script runs right after </main>, before time.js and the
   // charts change it): a fetched page is swapped in only when it differs.
   var last = comparable(main.innerHTML);
+  var served = null;  // read at the first check: the scripts after this one are not parsed yet
   var timer = null;
   var busy = false;
 
@@ -31,6 +34,11 @@
     }
     var selection = window.getSelection && window.getSelection();
     return Boolean(selection && String(selection).length);
+  }
+  function scripts(doc) {
+    return Array.prototype.map.call(doc.querySelectorAll("script[src]"), function (el) {
+      return el.getAttribute("src");
+    }).join(" ");
   }
   function comparable(html) {
     // Machine times carry seconds (a window ending "now"); what a reader sees is to the minute.
@@ -68,6 +76,7 @@
   function refresh() {
     if (busy) { return Promise.resolve(false); }
     busy = true;
+    if (served === null) { served = scripts(document); }
     return fetch(window.location.href, { cache: "no-store", credentials: "same-origin" })
       .then(function (response) {
         if (!response.ok) { throw new Error("HTTP " + response.status); }
@@ -77,6 +86,10 @@
         var doc = new DOMParser().parseFromString(html, "text/html");
         var fresh = doc.getElementById("main");
         if (!fresh) { return false; }
+        if (scripts(doc) !== served) {
+          window.location.reload();
+          return true;
+        }
         var signature = comparable(fresh.innerHTML);
         if (signature === last) { return false; }
         last = signature;

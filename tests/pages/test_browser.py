@@ -368,6 +368,35 @@ def test_reviewer_sees_relay_health_nightly_tab_levels_then_authors_and_compact_
     assert console_errors(browser) == []
 
 
+def test_an_open_page_reloads_whole_when_a_deploy_changed_its_scripts(
+    browser, live_server, monkeypatch
+):
+    """Swapped-in content is drawn by the scripts already running; after a deploy they may not
+    read it (the charts' JSON changed shape once), so new script names mean a full reload."""
+    from config.storage import StaticStorage
+    from hud.models import Level
+    from tests.support import builders
+
+    builders.downstream("org/first", Level.L2)
+    load(browser, f"{live_server.url}/crcr")
+    browser.execute_script("window.notReloaded = true")
+    served = StaticStorage.url
+    monkeypatch.setattr(StaticStorage, "url", lambda self, name: served(self, name) + "?v=next")
+    refresh = "window.crcrHud.refreshNow().then(arguments[arguments.length - 1])"
+
+    assert browser.execute_async_script(refresh) is True
+
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(browser, 20).until(
+        lambda driver: driver.execute_script("return window.notReloaded === undefined")
+        and _drawn(driver)
+    )
+    assert "?v=next" in browser.execute_script(
+        "return document.querySelector('script[src]').getAttribute('src')"
+    )
+
+
 def test_open_pages_refresh_in_place_and_the_off_toggle_is_remembered(browser, live_server):
     from selenium.webdriver.common.by import By
 
