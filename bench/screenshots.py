@@ -21,32 +21,18 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # tests.support.chromium
 OUT = ROOT / "docs" / "screenshots"
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--hide-scrollbars",
-)
 
 
-def browser(width: int = 1400, height: int = 1000) -> webdriver.Chrome:
-    """Headless Debian Chromium driven by chromedriver."""
-    options = webdriver.ChromeOptions()
-    options.binary_location = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--window-size={width},{height}")
-    service = Service(os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver"))
-    return webdriver.Chrome(options=options, service=service)
+def browser(width: int = 1400, height: int = 1000):
+    """Headless Debian Chromium driven by chromedriver, as the browser tests launch it."""
+    from tests.support import chromium
+
+    return chromium.driver(width, height, flags=("--hide-scrollbars",))
 
 
 def _free_port() -> int:

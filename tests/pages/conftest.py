@@ -2,8 +2,6 @@
 Chromium for the browser tests."""
 
 import datetime as dt
-import os
-import shutil
 
 import pytest
 
@@ -11,41 +9,19 @@ from hud.core.payload import parse_callback
 from hud.ingestion import ingest
 from hud.models import Job, Level
 from tests.conftest import NOW
-from tests.support import builders
+from tests.support import builders, chromium
 
 DAY = dt.timedelta(days=1)
 HOUR = dt.timedelta(hours=1)
 UPSTREAM = {"full_name": "pytorch/pytorch"}
 
 
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
-FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--window-size=1400,1000",
-)
-
-
 @pytest.fixture
 def browser():
     """A headless Chromium with its console log readable."""
-    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
+    if not chromium.installed():
         pytest.skip("chromium and chromium-driver are not installed")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in FLAGS:
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    driver = chromium.driver(log=True)
     driver.set_page_load_timeout(60)
     yield driver
     driver.quit()
