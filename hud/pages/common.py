@@ -114,10 +114,8 @@ def is_stale(last_result_at: dt.datetime | None, usual_gap: float | None, window
 def logical_with_status(latest: pd.DataFrame, now: dt.datetime) -> pd.DataFrame:
     """The latest attempt of each logical job of a frame read from the derived layer
     (`hud.reads.logical`) with its display status (`cell_status`, as arrays): stuck is judged
-    on the latest attempt's own row, by `stats.is_stuck`'s rule (`stats.stuck_jobs`' form)."""
-    since = latest["in_progress_received_at"].fillna(latest["placed_at"])
-    cutoff = pd.Timestamp(now) - pd.Timedelta(stats.DEFAULT_STUCK_AFTER)
-    stuck = ((latest["row_status"] == "in_progress") & (since < cutoff)).to_numpy()
+    on the latest attempt's own row (`stats.stuck_mask`)."""
+    stuck = stats.stuck_mask(latest["row_status"], latest, now).to_numpy()
     conclusion = latest["conclusion"].to_numpy(dtype=object)
     display = np.where(
         latest["status"].to_numpy() == "completed",

@@ -65,6 +65,7 @@ from hud.stats.health import (
     last_result_at,
     liveness,
     stuck_jobs,
+    stuck_mask,
     usual_gap_seconds,
 )
 from hud.stats.intervals import (
@@ -208,6 +209,7 @@ __all__ = [
     "rerun_rate",
     "rows_frame",
     "stuck_jobs",
+    "stuck_mask",
     "student_t_975",
     "timed_attempts",
     "timeout_rate",

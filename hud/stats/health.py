@@ -34,9 +34,19 @@ def stuck_jobs(
 ) -> pd.DataFrame:
     """Attempts still in_progress longer than `threshold` at `now` (since in_progress receipt)."""
     rows = prepare(df).rows
-    rows = rows[rows["status"] == "in_progress"]
-    since = rows["in_progress_received_at"].fillna(rows["placed_at"])
-    return rows[since < pd.Timestamp(now) - pd.Timedelta(threshold)]
+    return rows[stuck_mask(rows["status"], rows, now, threshold)]
+
+
+def stuck_mask(
+    status: pd.Series,
+    times: pd.DataFrame,
+    now: dt.datetime,
+    threshold: dt.timedelta = DEFAULT_STUCK_AFTER,
+) -> pd.Series:
+    """`is_stuck` of every row at once: `status` in_progress and the row's in_progress receipt
+    (else its placement, columns of `times`) more than `threshold` before `now`."""
+    since = times["in_progress_received_at"].fillna(times["placed_at"])
+    return (status == "in_progress") & (since < pd.Timestamp(now) - pd.Timedelta(threshold))
 
 
 @dataclass(frozen=True)
