@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from hud import attribution, gates, promotion, stats
-from hud.models import Downstream, LevelOverride, LogicalJob
+from hud.models import Downstream, LevelOverride
 from hud.pages import charts
 from hud.pages.common import (
     NIGHTLY_EVENTS,
@@ -23,11 +23,11 @@ from hud.pages.common import (
     Window,
     backend_states,
     badge_dict,
-    logical_with_status,
 )
 from hud.pages.matrices import Matrix, MatrixFilters, compact_wanted, matrix
 from hud.pages.metrics import daily_rows
-from hud.reads import gate_counts, logical, selectors
+from hud.reads import gate_counts, selectors
+from hud.reads import matrix as reads_matrix
 from hud.reads.window import stuck_counts
 
 if TYPE_CHECKING:
@@ -181,26 +181,16 @@ def backend_page(
     override = selectors.active_overrides([backend.id], now).get(backend.id)
     view = promotion.current_gate(backend, now)
     gate = view.gate
-    # The window's logical jobs as the derived layer holds them (as of now, every one is its
-    # row: nothing is prepared per request), and the daily series from the rollups.
-    latest = logical_with_status(
-        logical.latest_frame(
-            LogicalJob.objects.filter(
-                downstream=backend, placed_at__gte=window.start, placed_at__lt=window.end
-            )
-        ),
-        now,
-    )
-    events_pr = PR_EVENTS if filters.event_type in (None, *PR_EVENTS) else ()
-    events_nightly = NIGHTLY_EVENTS if filters.event_type in (None, *NIGHTLY_EVENTS) else ()
     daily = pd.DataFrame(daily_rows([backend], days, now))
     history = gate_history(
         selectors.gate_evaluations(backend.id, (now - dt.timedelta(days=GATE_HISTORY_DAYS)).date())
     )
-    pr_matrix = matrix(latest, events_pr, filters, window, page, pins=pins)
+    # The matrices read one page of rows each from the derived layer (hud.reads.matrix).
+    pr_matrix = matrix(backend.id, PR_EVENTS, filters, window, now, page, pins=pins)
     nightly_matrix = matrix(
-        latest, events_nightly, replace(filters, pr=None), window, nightly_page, pins=pins
-    )
+        backend.id, NIGHTLY_EVENTS, replace(filters, pr=None), window, now, nightly_page,
+        pins=pins,
+    )  # fmt: skip
     return BackendPage(
         backend=backend,
         level=override.level if override else backend.level,
@@ -226,7 +216,7 @@ def backend_page(
             "volume": charts.figure_json(charts.volume_figure(daily)),
             "durations": charts.figure_json(charts.duration_figure(daily)),
         },
-        job_names=sorted(set(latest["job_name"].tolist())),
+        job_names=reads_matrix.job_names(backend.id, window.start, window.end),
         filters=filters,
         adjusted=adjusted_pass_rate(gate.adjusted),
         can_request=user is not None and promotion.maintains(user, backend),

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import pandas as pd
-
 from hud.pages.common import Window
+from hud.reads import matrix as reads_matrix
 from hud.reads import selectors
 
 MATRIX_PAGE_SIZE = 25
@@ -36,7 +34,7 @@ MATRIX_CONCLUSIONS = (
 class MatrixCell:
     """The latest attempt of one logical job: its row, display status and attempt count."""
 
-    job: selectors.CellJob
+    job: reads_matrix.CellJob
     status: str
     attempts: int
 
@@ -110,100 +108,58 @@ class MatrixFilters:
 
 
 def matrix(
-    latest: pd.DataFrame,
+    backend_id: int,
     events: Iterable[str],
     filters: MatrixFilters,
     window: Window,
+    now: dt.datetime,
     page: int,
     page_size: int = MATRIX_PAGE_SIZE,
     pins: tuple[str, ...] = (),
 ) -> Matrix:
-    """Lay latest attempts of `events` in the window out as rows × job columns, one page.
+    """Lay a backend's latest attempts of `events` in the window out as rows × job columns,
+    one page, read in SQL (`hud.reads.matrix`: newest row first).
 
     Columns of pinned job names come first (in pin order), then builds, then by name.
     """
-    event_type = latest["event_type"].to_numpy()
-    placed_at = latest["placed_at"]
-    wanted = (
-        np.isin(event_type, list(events))
-        & (placed_at >= pd.Timestamp(window.start)).to_numpy()
-        & (placed_at < pd.Timestamp(window.end)).to_numpy()
-    )
-    if filters.event_type:
-        wanted &= event_type == filters.event_type
-    if filters.job_name:
-        wanted &= latest["job_name"].to_numpy() == filters.job_name
-    if filters.pr is not None:
-        wanted &= latest["pr_number"].to_numpy() == filters.pr
-    if filters.conclusion:
-        wanted &= latest["display"].to_numpy() == filters.conclusion
-    # One selection of the columns a cell reads: filtering the whole frame step by step copied
-    # its ~20 columns each time.
-    cells = latest.loc[wanted, _CELL_COLUMNS]
-    if cells.empty:
+    events = [e for e in events if filters.event_type in (None, e)]
+    if not events:
         return Matrix([], [], 1, 1, 0)
-    heads = _newest_first(cells)
-    total = len(heads)
-    pages = max(1, math.ceil(total / page_size))
-    page = min(max(page, 1), pages)
-    heads = heads[(page - 1) * page_size : page * page_size]
-    on_page = {key for key, _ in heads}
-    shown = cells[[key in on_page for key in _row_keys(cells)]]
-    columns = sorted(
-        set(zip(shown["workflow_name"], shown["job_name"], strict=True)), key=column_order
-    )
+    scope = reads_matrix.Scope(
+        backend_id, events, window.start, window.end, now,
+        job_name=filters.job_name, pr=filters.pr, display=filters.conclusion,
+    )  # fmt: skip
+    heads, page, total = reads_matrix.heads(scope, page, page_size)
+    if not heads:
+        return Matrix([], [], 1, 1, 0)
+    shown = reads_matrix.cells(scope, heads)
+    columns = sorted({(c.workflow_name, c.job_name) for c in shown}, key=column_order)
     pinned = sorted((c for c in columns if c[1] in pins), key=lambda c: (pins.index(c[1]), c))
     columns = pinned + [c for c in columns if c not in pinned]
-    jobs = selectors.cell_jobs(shown["id"].astype(int).tolist())
-    details = selectors.pr_details([pr for (_, pr, _), _ in heads])
+    details = selectors.pr_details([head.pr_number for head in heads])
     by_row: dict[tuple, dict[tuple[str, str], MatrixCell]] = {}
-    # The columns a cell needs, zipped: itertuples of the whole frame boxed every column.
-    fields = ("event_type", "pr_number", "head_sha", "workflow_name", "job_name", "id")
-    for event, pr, sha, workflow, job, job_id, display, attempts in zip(
-        *(shown[column].tolist() for column in (*fields, "display", "attempts")), strict=True
-    ):
-        cell = MatrixCell(jobs[job_id], display, attempts)
-        by_row.setdefault((event, pr, sha), {})[(workflow, job)] = cell
+    for c in shown:
+        job = reads_matrix.CellJob(
+            c.job_id, c.workflow_name, c.job_name, c.run_attempt, c.workflow_url, c.artifact_url
+        )
+        cell = MatrixCell(job, c.display, c.attempts)
+        by_row.setdefault(c[:3], {})[(c.workflow_name, c.job_name)] = cell
     rows = []
-    for (event, pr, sha), placed_at in heads:
-        row_cells = by_row.get((event, pr, sha), {})
+    for head in heads:
+        row_cells = by_row.get(head[:3], {})
+        detail = details.get(head.pr_number, {})
         rows.append(
             MatrixRow(
-                event_type=event,
-                pr_number=pr,
-                head_sha=sha,
-                placed_at=pd.Timestamp(placed_at, tz="UTC").to_pydatetime(),
-                title=details.get(pr, {}).get("title", ""),
-                author=details.get(pr, {}).get("author", ""),
+                event_type=head.event_type,
+                pr_number=head.pr_number,
+                head_sha=head.head_sha,
+                placed_at=head.placed_at,
+                title=detail.get("title", ""),
+                author=detail.get("author", ""),
                 cells=[row_cells.get(column) for column in columns],
             )
         )
-    return Matrix(columns, rows, page, pages, total, len(pinned))
-
-
-# What `matrix` reads of a latest attempt.
-_CELL_COLUMNS = ["event_type", "pr_number", "head_sha", "workflow_name", "job_name", "id",
-                 "display", "attempts", "placed_at"]  # fmt: skip
-
-
-def _row_keys(cells: pd.DataFrame) -> Iterator[tuple[str, int, str]]:
-    """Each cell's row: (event type, PR number, head SHA), as Python values."""
-    columns = ("event_type", "pr_number", "head_sha")
-    return zip(*(cells[column].tolist() for column in columns), strict=True)
-
-
-def _newest_first(cells: pd.DataFrame) -> list[tuple[tuple[str, int, str], int]]:
-    """Each row of `cells` with its newest cell's placed_at (ns since the epoch), newest first,
-    then by head SHA, else in the order rows first appear.
-
-    A dict over the rows: pandas' groupby, reset_index and sort cost a backend page's two
-    matrices 6 ms for its few hundred cells."""
-    newest: dict[tuple[str, int, str], int] = {}
-    placed = cells["placed_at"].astype("int64").tolist()
-    for key, at in zip(_row_keys(cells), placed, strict=True):
-        if at > newest.get(key, at - 1):
-            newest[key] = at
-    return sorted(newest.items(), key=lambda item: (-item[1], item[0][2]))
+    return Matrix(columns, rows, page, max(1, math.ceil(total / page_size)), total, len(pinned))
 
 
 def column_order(column: tuple[str, str]) -> tuple[bool, str, str]:

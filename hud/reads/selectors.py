@@ -276,26 +276,6 @@ def latest_attempt_rows(ids: list[int]) -> dict[int, Job]:
     return {job.id: job for job in Job.objects.select_related("downstream").filter(id__in=ids)}
 
 
-class CellJob(NamedTuple):
-    """The columns of a job row a matrix cell shows."""
-
-    id: int
-    workflow_name: str
-    job_name: str
-    run_attempt: int
-    workflow_url: str
-    artifact_url: str
-
-
-def cell_jobs(ids: list[int]) -> dict[int, CellJob]:
-    """The job rows of `ids`, by id, as a matrix cell shows them: a page's matrices hold a few
-    hundred, and model instances (deferred fields, their backend) cost it ~3 ms more."""
-    if not ids:
-        return {}
-    rows = driver_rows(Job.objects.filter(id__any=ids).values_list(*CellJob._fields))
-    return {row[0]: CellJob(*row) for row in rows}
-
-
 @dataclass(frozen=True)
 class FailedTestRank:
     """One failed test of a window: how often it failed and its most recent message."""
