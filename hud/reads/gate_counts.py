@@ -32,20 +32,16 @@ import numpy as np
 import pandas as pd
 from django.db import connection
 from django.db.models import (
-    Case,
-    IntegerField,
     OuterRef,
     Q,
     Subquery,
-    Value,
-    When,
 )
 
 from hud import gates, stats
 from hud.models import DailyRollup, Downstream, Job, LogicalJob, sql
 from hud.models.sql import any_sql, statement_rows
 from hud.reads.rollups import OUTCOME_COLUMNS
-from hud.reads.rows import float_groups, utc_day_sql
+from hud.reads.rows import float_groups, timed_attempts_sql, utc_day_sql
 from hud.reads.selectors import FRAME_COLUMNS, FRAME_NAMES
 
 # Shares of logical jobs, shares of attempts, and figures of timed attempts' durations.
@@ -77,55 +73,79 @@ def supports(criteria: Iterable[gates.Criterion]) -> bool:
 @dataclass
 class _Days:
     """Rows of counts per (UTC day, late): on a day a window starts, `late` rows are those at
-    or after the start (every start has `as_of`'s time of day); on other days, all are not."""
+    or after the start (every start has `as_of`'s time of day); on other days, all are not.
+
+    Read as arrays (`_table`, kept until the next `add`): a backend page asks ~20 figures of
+    them, and walking the buckets in Python for each cost it ~2 ms."""
 
     counts: dict[tuple[dt.date, bool], np.ndarray] = field(default_factory=dict)
+    _table: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def add(self, day: dt.date, late: bool, values: Sequence[int]) -> None:
         row = np.asarray(values, dtype=np.int64)
         key = (day, bool(late))
         self.counts[key] = self.counts[key] + row if key in self.counts else row
+        self._table = None
 
     def share(
         self, hits: int, units: int, start: dt.datetime, end: dt.datetime, min_n: int, note=""
     ) -> stats.Estimate:
         """`stats.day_clustered_proportion` of the units counted in column `units` with hits
         in column `hits`, over [start, end) and the spread's look-back."""
-        lookback = min(start, end - stats.SPREAD_LOOKBACK)
-        per_day: dict[dt.date, list[int]] = defaultdict(lambda: [0, 0])
-        window = [0, 0]
-        for (day, late), row in self.counts.items():
-            if _after(day, late, start):
-                window[0] += int(row[hits])
-                window[1] += int(row[units])
-            if _after(day, late, lookback):
-                per_day[day][0] += int(row[hits])
-                per_day[day][1] += int(row[units])
-        days = [per_day[day] for day in sorted(per_day) if per_day[day][1]]
+        days, rows = self._from(min(start, end - stats.SPREAD_LOOKBACK))
+        inside = self._mask(start)
+        # Per day of the look-back, in day order; days with no units are not days of it.
+        day, at = np.unique(days, return_inverse=True)
+        per_hits, per_units = np.zeros((2, day.size), dtype=np.int64)
+        np.add.at(per_hits, at, rows[:, hits])
+        np.add.at(per_units, at, rows[:, units])
+        counted = per_units != 0
+        _, _, table = self._arrays()
         return stats.clustered_proportion(
-            window[0],
-            window[1],
-            np.array([hit for hit, _ in days], dtype=np.int64),
-            np.array([size for _, size in days], dtype=np.int64),
+            int(table[inside, hits].sum()),
+            int(table[inside, units].sum()),
+            per_hits[counted],
+            per_units[counted],
             min_n=min_n,
             note=note,
         )
 
     def total(self, column: int, start: dt.datetime) -> int:
-        return sum(int(row[column]) for (day, late), row in self.counts.items()
-                   if _after(day, late, start))  # fmt: skip
+        _, rows = self._from(start)
+        return int(rows[:, column].sum())
 
     def days(self, column: int, start: dt.datetime) -> int:
         """Distinct days with a count in `column` from `start` on."""
-        return len({day for (day, late), row in self.counts.items()
-                    if row[column] and _after(day, late, start)})  # fmt: skip
+        days, rows = self._from(start)
+        return int(np.unique(days[rows[:, column] != 0]).size)
 
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(day ordinals, late flags, counts by row) of the buckets."""
+        if self._table is None:
+            keys = list(self.counts)
+            # No buckets: a table as wide as the widest rows (`BackendCounts.jobs`').
+            width = max((row.size for row in self.counts.values()), default=_COUNTED + 1)
+            self._table = (
+                np.array([day.toordinal() for day, _ in keys], dtype=np.int64),
+                np.array([late for _, late in keys], dtype=bool),
+                np.array(list(self.counts.values()), dtype=np.int64).reshape(len(keys), width),
+            )
+        return self._table
 
-def _after(day: dt.date, late: bool, start: dt.datetime) -> bool:
-    """Whether a (day, late) bucket lies at or after `start` (late: at or after `start`'s
-    time of day, which every window start shares)."""
-    first = start.astimezone(dt.UTC).date()
-    return day > first or (day == first and late)
+    def _mask(self, start: dt.datetime) -> np.ndarray:
+        """Which buckets lie at or after `start`: its day's late ones (at or after its time of
+        day, which every window start shares) and every later day's."""
+        days, late, _ = self._arrays()
+        first = start.astimezone(dt.UTC).date().toordinal()
+        return (days > first) | ((days == first) & late)
+
+    def _from(self, start: dt.datetime) -> tuple[np.ndarray, np.ndarray]:
+        """The day ordinals and counts of the buckets at or after `start`."""
+        days, _, rows = self._arrays()
+        inside = self._mask(start)
+        return days[inside], rows[inside]
 
 
 # Logical-job columns: one count per outcome class, then completed and re-run completed jobs.
@@ -648,23 +668,18 @@ def _read_durations(
     """The queue and execution seconds of the timed attempts of the last `days` days, each
     with the shortest of `windows` it falls in (no placed_at per row: reading it cost more
     than the rest), packed per backend and window on PostgreSQL (`rows.float_groups`)."""
-    shortest = Case(
-        *(When(placed_at__gte=as_of - dt.timedelta(days=w), then=Value(w)) for w in windows),
-        default=Value(days),
-        output_field=IntegerField(),
-    )
-    timed = (
-        Job.objects.filter(
-            downstream_id__in=ids,
-            status=Job.Status.COMPLETED,
-            placed_at__gte=as_of - dt.timedelta(days=days),
-            placed_at__lt=as_of,
-        )
-        .exclude(conclusion=Job.Conclusion.SKIPPED)
-        .annotate(window=shortest)
-    )
+    if not ids:
+        return
+    adapt = connection.ops.adapt_datetimefield_value
+    shortest = " ".join(["WHEN placed_at >= %s THEN %s"] * len(windows))
+    shortest_params = [value for w in windows for value in (adapt(as_of - dt.timedelta(days=w)), w)]
+    source, params = timed_attempts_sql(ids, as_of - dt.timedelta(days=days), as_of)
     groups = float_groups(
-        timed, ["downstream_id", "window"], ["queue_seconds", "execution_seconds"]
+        ["downstream_id", f"CASE {shortest} ELSE %s END"],
+        ["queue_seconds", "execution_seconds"],
+        source,
+        params,
+        [*shortest_params, days],
     )
     parts: dict[int, list[tuple[np.ndarray, ...]]] = defaultdict(list)
     for (backend, window), (queue, execution) in groups.items():
