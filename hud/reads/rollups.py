@@ -5,14 +5,18 @@ over the timed attempts of the days they are wanted for (three columns, no class
 they stay exact. A whole day's medians are kept in the cache with the fingerprint of that day's
 rollup rows (their ids, how many, and their summed revisions, which every write that changes a
 row raises), and read again only while the fingerprint is the same: a page re-reads the
-attempts of today and of the past days written to since, not of the whole window.
+attempts of today and of the past days written to since, not of the whole window. Each process
+keeps a copy of what it read or kept (`_HERE`), checked against the same fingerprints, so a
+page reads the shared cache only for backends whose days its copy does not answer.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import secrets
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 import numpy as np
 from django.core.cache import cache
@@ -163,16 +167,29 @@ def _medians(
     """Per backend and day with runs (`fingerprints`): (backend, ISO day, median execution
     seconds, median end-to-end seconds) of its timed attempts placed before `end` (None where
     none is known). A whole day (one that ends by `end`) whose rollup rows kept their
-    fingerprint is read from the cache; the others are read from the attempts and the whole
-    ones kept."""
+    fingerprint is read from this process's copy or the shared cache; the others are read
+    from the attempts and the whole ones kept in both."""
     events_key = ",".join(events) if events is not None else "*"
     keys = {
         backend: MEDIANS_KEY.format(backend=backend, events=events_key)
         for backend in sorted({backend for backend, _ in fingerprints})
     }
-    found = cache.get_many(list(keys.values()))
-    kept = {backend: found.get(key, {}) for backend, key in keys.items()}
     whole_before = end.astimezone(dt.UTC).date().isoformat()
+    here = _kept_here()
+    kept = {backend: here.get(key, {}) for backend, key in keys.items()}
+    # The shared cache, for the backends with a whole day this process's copy does not
+    # answer (another process may have kept it): 50 entries read from it were a tenth of the
+    # metrics page.
+    unanswered = {
+        keys[backend]
+        for (backend, day), fingerprint in fingerprints.items()
+        if day < whole_before and kept[backend].get(day, (None,))[0] != fingerprint
+    }
+    if unanswered:
+        found = cache.get_many(sorted(unanswered))
+        for backend, key in keys.items():
+            if key in found:
+                kept[backend] = here[key] = {**kept[backend], **found[key]}
     rows, missing = [], defaultdict(list)
     for (backend, day), fingerprint in fingerprints.items():
         hit = kept[backend].get(day)
@@ -190,11 +207,39 @@ def _medians(
         if changed:
             # Days no window reaches any more are dropped as an entry is written again.
             oldest = (_midnight(whole_before) - MEDIANS_KEPT_DAYS).date().isoformat()
-            cache.set_many(
-                {keys[b]: {d: v for d, v in kept[b].items() if d >= oldest} for b in changed},
-                MEDIANS_KEPT_SECONDS,
-            )
+            entries = {keys[b]: {d: v for d, v in kept[b].items() if d >= oldest} for b in changed}
+            cache.set_many(entries, MEDIANS_KEPT_SECONDS)
+            here.update(entries)
     return rows
+
+
+# This process's copy of the kept medians (cache key → the entry), valid while the shared
+# cache keeps the same epoch: clearing the cache (an operator, or each test) clears every
+# process's copy too, so no copy outlives the rows its fingerprints describe (SQLite gives a
+# rolled-back row's id to the next one). At most `_HERE_KEYS` entries, then it starts again.
+@dataclass
+class _Copy:
+    epoch: str | None = None
+    entries: dict[str, dict[str, tuple]] = field(default_factory=dict)
+
+
+_HERE = _Copy()
+_HERE_KEYS = 4096
+MEDIANS_EPOCH_KEY = "rollups:medians:epoch"
+
+
+def _kept_here() -> dict[str, dict[str, tuple]]:
+    """This process's copy of the kept medians, emptied when the shared cache's epoch is
+    not the one it was filled under (a cleared cache draws a new one) or it grew too big."""
+    epoch = cache.get(MEDIANS_EPOCH_KEY)
+    if epoch is None:
+        epoch = secrets.token_hex(8)
+        # Another process may draw one at the same moment: the first written stands.
+        if not cache.add(MEDIANS_EPOCH_KEY, epoch, timeout=None):
+            epoch = cache.get(MEDIANS_EPOCH_KEY, epoch)
+    if _HERE.epoch != epoch or len(_HERE.entries) > _HERE_KEYS:
+        _HERE.epoch, _HERE.entries = epoch, {}
+    return _HERE.entries
 
 
 _DAY = dt.timedelta(days=1)
