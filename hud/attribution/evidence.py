@@ -222,11 +222,16 @@ def _cross_commit_rows(
     backends = {row["downstream_id"] for row in judged}
     in_window = Q(placed_at__gte=start, placed_at__lt=end, downstream_id__in=backends)
     # The judged jobs' test names as a subquery: the parameter count stays bounded by the
-    # judged jobs, never by the failed tests of every other job.
+    # judged jobs, never by the failed tests of every other job. The window's attempts under
+    # `__any` probe the failed tests' job index: as `__in`, PostgreSQL hashed every failed test
+    # stored (at 1M jobs a PR page's read took 6.2 ms for 113 rows, 1.6 at 100k, and grew with
+    # history), where the window's own take 4.4 and 3.1.
     names = FailedTest.objects.filter(job_id__any=[row["id"] for row in judged]).values("name")
     failures: dict[tuple[int, str], list[dict]] = defaultdict(list)
     for row in (
-        FailedTest.objects.filter(job__in=Job.objects.filter(in_window), name__in=names)
+        FailedTest.objects.filter(
+            job_id__any=Job.objects.filter(in_window).values("id"), name__in=names
+        )
         .values(
             "classname",
             "name",
