@@ -17,6 +17,7 @@ from typing import Any
 from django import template
 from django.core.serializers.json import DjangoJSONEncoder
 from django.template.defaultfilters import truncatechars, urlencode
+from django.template.loader import get_template
 from django.utils.safestring import SafeString
 
 from hud.core import clock
@@ -311,6 +312,22 @@ def result_row(row: Any) -> SafeString:
         artifact,
         earlier,
     )
+
+
+@register.simple_tag
+def result_rows(section: Any) -> SafeString:
+    """A backend's rows on a PR or commit page (`results.html`): `result_row` for each logical
+    job and, under a failing one, its detail (`_result_detail.html`: our verdict, its evidence,
+    the advisory and the failed tests, the first job's open). One tag, not a template loop:
+    the loop's per-row lookups around ~200 rows cost more than the rows themselves."""
+    name = section.backend.full_name
+    detail = get_template("hud/_result_detail.html")
+    parts = []
+    for index, row in enumerate(section.jobs):
+        parts.append(result_row(row))
+        if row.has_detail:
+            parts.append(detail.render({"r": row, "backend": name, "first": index == 0}))
+    return SafeString("\n      ".join(parts))
 
 
 # The whitespace is `_check_runs.html`'s, where the row sits.
