@@ -77,6 +77,12 @@ class LogicalJob(models.Model):
         ]
         indexes = [
             models.Index(fields=["downstream", "placed_at"], name="logicaljob_downstream_time"),
+            # A backend's logical jobs of some event types in a window: the backend page's
+            # matrices (hud.reads.matrix). Without it PostgreSQL ANDed the backend's nightlies
+            # of all history with every backend's window (2.1 → 0.2 ms at 1M jobs).
+            models.Index(
+                fields=["downstream", "event_type", "placed_at"], name="logicaljob_event_time"
+            ),
             models.Index(
                 fields=["downstream", "last_placed_at"], name="logicaljob_downstream_last"
             ),
