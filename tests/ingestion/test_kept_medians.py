@@ -92,8 +92,10 @@ def test_kept_medians_equal_the_attempts_after_any_writes(script):
         transaction.set_rollback(True)
 
 
-@pytest.mark.django_db
-def test_a_read_takes_again_only_the_days_written_to_since(frozen_clock):
+@pytest.fixture
+def days_read(frozen_clock):
+    """A backend with a success on each of the last `DAYS` days, and the ISO days each read of
+    the attempts' medians takes (a list per `_median_rows` call)."""
     backend = builders.downstream(REPO, Level.L2)
     for day_back in range(DAYS):
         _import(day_back, run_id=10 + day_back, conclusion="success", execution=600.0, queue=60.0)
@@ -106,44 +108,40 @@ def test_a_read_takes_again_only_the_days_written_to_since(frozen_clock):
         return rows
 
     with mock.patch.object(rollups, "_median_rows", spy):
-        _table_equals_the_attempts(backend)  # every day, twice (all events, then PRs)
-        asked.clear()
-        _table_equals_the_attempts(backend)  # today only: the past days are kept
-        today = clock.now().date().isoformat()
-        assert asked == [[today], [today]]
-        # A late result two days back: that day is taken again, with its new median.
-        _import(2, run_id=99, conclusion="failure", execution=7200.0, queue=0.0)
-        asked.clear()
-        _table_equals_the_attempts(backend)
-        two_days_back = (clock.now() - dt.timedelta(days=2)).date().isoformat()
-        assert asked == [sorted([two_days_back, today])] * 2
+        yield backend, asked
 
 
 @pytest.mark.django_db
-def test_a_process_copy_answers_until_the_shared_cache_is_cleared(frozen_clock):
-    backend = builders.downstream(REPO, Level.L2)
-    for day_back in range(DAYS):
-        _import(day_back, run_id=10 + day_back, conclusion="success", execution=600.0, queue=60.0)
-    _table_equals_the_attempts(backend)
+def test_a_read_takes_again_only_the_days_written_to_since(days_read):
+    backend, asked = days_read
+    _table_equals_the_attempts(backend)  # every day, twice (all events, then PRs)
+    asked.clear()
+    _table_equals_the_attempts(backend)  # today only: the past days are kept
     today = clock.now().date().isoformat()
-    asked = []
-    real = rollups._median_rows
+    assert asked == [[today], [today]]
+    # A late result two days back: that day is taken again, with its new median.
+    _import(2, run_id=99, conclusion="failure", execution=7200.0, queue=0.0)
+    asked.clear()
+    _table_equals_the_attempts(backend)
+    two_days_back = (clock.now() - dt.timedelta(days=2)).date().isoformat()
+    assert asked == [sorted([two_days_back, today])] * 2
 
-    def spy(wanted, end, events):
-        rows = real(wanted, end, events)
-        asked.append(sorted(day for _, day, _, _ in rows))
-        return rows
 
-    with mock.patch.object(rollups, "_median_rows", spy):
-        # The past days from this process's copy: the shared cache is not read for them.
-        with mock.patch.object(cache, "get_many", side_effect=AssertionError("read")):
-            _table_equals_the_attempts(backend)
-        assert asked == [[today], [today]]
-        # A cleared cache (an operator's, or a test's) takes this process's copy with it.
-        cache.clear()
-        asked.clear()
+@pytest.mark.django_db
+def test_a_process_copy_answers_until_the_shared_cache_is_cleared(days_read):
+    backend, asked = days_read
+    _table_equals_the_attempts(backend)
+    asked.clear()
+    # The past days from this process's copy: the shared cache is not read for them.
+    with mock.patch.object(cache, "get_many", side_effect=AssertionError("read")):
         _table_equals_the_attempts(backend)
-        every_day = sorted(
-            (clock.now() - dt.timedelta(days=d)).date().isoformat() for d in range(DAYS)
-        )
-        assert asked == [every_day, every_day]
+    today = clock.now().date().isoformat()
+    assert asked == [[today], [today]]
+    # A cleared cache (an operator's, or a test's) takes this process's copy with it.
+    cache.clear()
+    asked.clear()
+    _table_equals_the_attempts(backend)
+    every_day = sorted(
+        (clock.now() - dt.timedelta(days=back)).date().isoformat() for back in range(DAYS)
+    )
+    assert asked == [every_day, every_day]
