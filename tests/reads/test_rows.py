@@ -1,5 +1,6 @@
 """`hud.reads.rows`: a queryset's rows as the driver gives them, with the datetime columns named
-in `utc` as Django gives them on either database (aware, in UTC); float columns per group."""
+in `utc` as Django gives them on either database (aware, in UTC); float columns per group
+of a written-out statement."""
 
 import datetime as dt
 import math
@@ -39,15 +40,20 @@ def test_float_groups_keep_each_rows_values_together_with_nulls_as_nan():
     Job.objects.filter(run_id=13).update(execution_seconds=None)
     rows = Job.objects.filter(status="completed")
 
+    # A key may be an expression with parameters of its own, before the source's.
     groups = float_groups(
-        rows, ["downstream_id", "event_type"], ["queue_seconds", "execution_seconds"]
+        ["downstream_id", "event_type", "CASE WHEN run_id > %s THEN 1 ELSE 0 END"],
+        ["queue_seconds", "execution_seconds"],
+        f"FROM {Job._meta.db_table} WHERE status = %s",
+        ["completed"],
+        [20],
     )
 
     expected = defaultdict(list)
-    for *key, queue, execution in rows.values_list(
-        "downstream_id", "event_type", "queue_seconds", "execution_seconds"
+    for *key, run_id, queue, execution in rows.values_list(
+        "downstream_id", "event_type", "run_id", "queue_seconds", "execution_seconds"
     ):
-        expected[tuple(key)].append((queue, execution))
+        expected[(*key, int(run_id > 20))].append((queue, execution))
     assert set(groups) == set(expected)
     for key, (queue, execution) in groups.items():
         assert queue.dtype == execution.dtype == "float64"
