@@ -16,7 +16,6 @@ import datetime as dt
 import secrets
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 import numpy as np
 from django.core.cache import cache
@@ -176,20 +175,27 @@ def _medians(
     }
     whole_before = end.astimezone(dt.UTC).date().isoformat()
     here = _kept_here()
+    # The copy's entries are shared by the process's threads: read, never changed in place
+    # (an entry changed is a new dict, put in its place).
     kept = {backend: here.get(key, {}) for backend, key in keys.items()}
     # The shared cache, for the backends with a whole day this process's copy does not
     # answer (another process may have kept it): 50 entries read from it were a tenth of the
-    # metrics page.
+    # metrics page. Of the two, a day's entry that matches its fingerprint stands.
     unanswered = {
-        keys[backend]
+        backend
         for (backend, day), fingerprint in fingerprints.items()
         if day < whole_before and kept[backend].get(day, (None,))[0] != fingerprint
     }
     if unanswered:
-        found = cache.get_many(sorted(unanswered))
-        for backend, key in keys.items():
-            if key in found:
-                kept[backend] = here[key] = {**kept[backend], **found[key]}
+        found = cache.get_many([keys[backend] for backend in sorted(unanswered)])
+        for backend in unanswered:
+            if keys[backend] in found:
+                current = {
+                    day: value
+                    for day, value in kept[backend].items()
+                    if fingerprints.get((backend, day)) == value[0]
+                }
+                kept[backend] = here[keys[backend]] = {**found[keys[backend]], **current}
     rows, missing = [], defaultdict(list)
     for (backend, day), fingerprint in fingerprints.items():
         hit = kept[backend].get(day)
@@ -198,18 +204,19 @@ def _medians(
         else:
             missing[day].append(backend)
     if missing:
-        changed = set()
+        # Days no window reaches any more are dropped as an entry is written again.
+        oldest = (_midnight(whole_before) - MEDIANS_KEPT_DAYS).date().isoformat()
+        changed: dict[str, dict[str, tuple]] = {}
         for backend, day, execution, end_to_end in _median_rows(missing, end, events):
             rows.append((backend, day, execution, end_to_end))
             if day < whole_before and (backend, day) in fingerprints:
-                kept[backend][day] = (fingerprints[(backend, day)], execution, end_to_end)
-                changed.add(backend)
+                key = keys[backend]
+                if key not in changed:  # this request's own new entry
+                    changed[key] = {d: v for d, v in kept[backend].items() if d >= oldest}
+                changed[key][day] = (fingerprints[(backend, day)], execution, end_to_end)
         if changed:
-            # Days no window reaches any more are dropped as an entry is written again.
-            oldest = (_midnight(whole_before) - MEDIANS_KEPT_DAYS).date().isoformat()
-            entries = {keys[b]: {d: v for d, v in kept[b].items() if d >= oldest} for b in changed}
-            cache.set_many(entries, MEDIANS_KEPT_SECONDS)
-            here.update(entries)
+            cache.set_many(changed, MEDIANS_KEPT_SECONDS)
+            here.update(changed)
     return rows
 
 
@@ -217,13 +224,8 @@ def _medians(
 # cache keeps the same epoch: clearing the cache (an operator, or each test) clears every
 # process's copy too, so no copy outlives the rows its fingerprints describe (SQLite gives a
 # rolled-back row's id to the next one). At most `_HERE_KEYS` entries, then it starts again.
-@dataclass
-class _Copy:
-    epoch: str | None = None
-    entries: dict[str, dict[str, tuple]] = field(default_factory=dict)
-
-
-_HERE = _Copy()
+# Replaced whole, (epoch, entries) at once, so no thread sees one epoch with another's entries.
+_here: tuple[str | None, dict[str, dict[str, tuple]]] = (None, {})
 _HERE_KEYS = 4096
 MEDIANS_EPOCH_KEY = "rollups:medians:epoch"
 
@@ -231,15 +233,17 @@ MEDIANS_EPOCH_KEY = "rollups:medians:epoch"
 def _kept_here() -> dict[str, dict[str, tuple]]:
     """This process's copy of the kept medians, emptied when the shared cache's epoch is
     not the one it was filled under (a cleared cache draws a new one) or it grew too big."""
+    global _here
     epoch = cache.get(MEDIANS_EPOCH_KEY)
     if epoch is None:
         epoch = secrets.token_hex(8)
         # Another process may draw one at the same moment: the first written stands.
         if not cache.add(MEDIANS_EPOCH_KEY, epoch, timeout=None):
             epoch = cache.get(MEDIANS_EPOCH_KEY, epoch)
-    if _HERE.epoch != epoch or len(_HERE.entries) > _HERE_KEYS:
-        _HERE.epoch, _HERE.entries = epoch, {}
-    return _HERE.entries
+    copy = _here
+    if copy[0] != epoch or len(copy[1]) > _HERE_KEYS:
+        copy = _here = (epoch, {})
+    return copy[1]
 
 
 _DAY = dt.timedelta(days=1)

@@ -145,3 +145,15 @@ def test_a_process_copy_answers_until_the_shared_cache_is_cleared(days_read):
         (clock.now() - dt.timedelta(days=back)).date().isoformat() for back in range(DAYS)
     )
     assert asked == [every_day, every_day]
+
+
+@pytest.mark.django_db
+def test_a_process_without_a_copy_reads_what_another_kept(days_read, monkeypatch):
+    backend, asked = days_read
+    _table_equals_the_attempts(backend)  # kept in the shared cache, and in this copy
+    # Another process: the same shared cache and epoch, no copy of its own yet.
+    monkeypatch.setattr(rollups, "_here", (rollups._here[0], {}))
+    asked.clear()
+    _table_equals_the_attempts(backend)
+    today = clock.now().date().isoformat()
+    assert asked == [[today], [today]]
