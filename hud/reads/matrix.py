@@ -20,26 +20,22 @@ from typing import NamedTuple
 
 from django.db import connection
 
-from hud import stats
 from hud.models import Job, LogicalJob, sql
 from hud.models.sql import any_sql, statement_rows
+from hud.reads.rows import STUCK_SQL, stuck_params
 
 _LAYER, _JOBS = LogicalJob._meta.db_table, Job._meta.db_table
 # `cell_status` in SQL: the logical job's latest status and conclusion; in progress, stuck when
-# the latest attempt's own row has been in progress (since its receipt, else its placement)
-# longer than `stats.DEFAULT_STUCK_AFTER`. Its parameters: `_display_params`.
+# the latest attempt's own row is (`rows.STUCK_SQL`). Its parameters: `_display_params`.
 DISPLAY = (
     "CASE WHEN lj.latest_status = %s"
     " THEN CASE WHEN lj.latest_conclusion = '' THEN 'neutral' ELSE lj.latest_conclusion END"
-    " WHEN j.status = %s AND COALESCE(j.in_progress_received_at, lj.placed_at) < %s"
-    " THEN 'stuck' ELSE 'in_progress' END"
+    f" WHEN {STUCK_SQL.format(row='j')} THEN 'stuck' ELSE 'in_progress' END"
 )
 
 
 def _display_params(now: dt.datetime) -> list:
-    stuck_before = now - stats.DEFAULT_STUCK_AFTER
-    adapt = connection.ops.adapt_datetimefield_value
-    return [Job.Status.COMPLETED, Job.Status.IN_PROGRESS, adapt(stuck_before)]
+    return [Job.Status.COMPLETED, *stuck_params(now)]
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import numpy as np
 from django.db import connection
 from django.db.models.functions import TruncDate
 
+from hud import stats
 from hud.models import Job
 from hud.models.sql import any_sql, statement_rows
 
@@ -55,6 +56,18 @@ def float_groups(
         key: [np.array(values, dtype="float64") for values in zip(*rows, strict=True)]
         for key, rows in grouped.items()
     }
+
+
+# `stats.is_stuck` over a job row (`{row}`: its table or alias): in progress, and its
+# in_progress receipt, else its placement, more than `stats.DEFAULT_STUCK_AFTER` before now.
+# Its parameters: `stuck_params`.
+STUCK_SQL = "{row}.status = %s AND COALESCE({row}.in_progress_received_at, {row}.placed_at) < %s"
+
+
+def stuck_params(now: dt.datetime) -> list:
+    """The parameters of `STUCK_SQL` as of `now`."""
+    adapt = connection.ops.adapt_datetimefield_value
+    return [Job.Status.IN_PROGRESS, adapt(now - stats.DEFAULT_STUCK_AFTER)]
 
 
 def timed_attempts_sql(

@@ -34,7 +34,7 @@ from django.db.models.functions import RowNumber
 from hud import stats
 from hud.models import DailyRollup, Job, LogicalJob
 from hud.models.sql import any_sql, statement_rows
-from hud.reads.rows import UtcDate, float_groups, timed_attempts_sql
+from hud.reads.rows import STUCK_SQL, UtcDate, float_groups, stuck_params, timed_attempts_sql
 from hud.reads.selectors import FRAME_MARGIN
 
 # The `OutcomeCounts` field of each outcome class.
@@ -275,19 +275,17 @@ def stuck_counts(
     `stats.DEFAULT_STUCK_AFTER` (the `stats.stuck_jobs` rule)."""
     if not downstream_ids:
         return {}
-    backends, params = any_sql("downstream_id", downstream_ids)
+    backends, params = any_sql("j.downstream_id", downstream_ids)
     adapt = connection.ops.adapt_datetimefield_value
-    cutoff = adapt(now - stats.DEFAULT_STUCK_AFTER)
     statement = _STUCK.format(backends=backends)
-    params += [Job.Status.IN_PROGRESS, adapt(start - FRAME_MARGIN), adapt(end), cutoff, cutoff]
+    params += [adapt(start - FRAME_MARGIN), adapt(end), *stuck_params(now)]
     return dict(statement_rows(statement, params))
 
 
 # Written out: compiled through the ORM (the OR of two receipts, the grouped count) the query
 # cost more Python than the database spent answering it.
 _STUCK = (
-    f"SELECT downstream_id, COUNT(id) FROM {Job._meta.db_table} WHERE {{backends}}"
-    " AND status = %s AND placed_at >= %s AND placed_at < %s"
-    " AND (in_progress_received_at < %s"
-    " OR (in_progress_received_at IS NULL AND placed_at < %s)) GROUP BY downstream_id"
+    f"SELECT j.downstream_id, COUNT(j.id) FROM {Job._meta.db_table} j WHERE {{backends}}"
+    f" AND j.placed_at >= %s AND j.placed_at < %s AND {STUCK_SQL.format(row='j')}"
+    " GROUP BY j.downstream_id"
 )

@@ -11,10 +11,11 @@ from hypothesis import strategies as st
 
 from hud import stats
 from hud.core import clock
-from hud.models import Level
+from hud.models import Job, Level
 from hud.pages.common import Window
 from hud.pages.matrices import MatrixFilters, column_order, matrix
 from hud.reads import selectors
+from hud.reads import window as window_reads
 from tests.conftest import NOW
 from tests.ingestion.test_derived import REPO, _play, steps
 from tests.pages.test_window_figures import _latest_with_status
@@ -151,6 +152,13 @@ def test_a_job_in_progress_past_the_stuck_threshold_shows_stuck_and_filters_alon
         assert statuses() == [("b", ["in_progress"]), ("a", ["stuck"])]
         assert statuses("stuck") == [("a", ["stuck"])]
         assert statuses("in_progress") == [("b", ["in_progress"])]
+        # Without an in_progress receipt, its placement tells how long it has been running
+        # (`stats.is_stuck`), for the cells as for the summary's count (one rule: rows.STUCK_SQL).
+        Job.objects.filter(head_sha="a" * 40).update(in_progress_received_at=None)
+        assert statuses() == [("b", ["in_progress"]), ("a", ["stuck"])]
+        assert window_reads.stuck_counts([backend.id], window.start, window.end, now) == {
+            backend.id: 1
+        }
 
 
 def _callback(job_name: str, *, completed: bool = True, sha: str = "a" * 40) -> dict:
