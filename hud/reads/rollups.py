@@ -6,7 +6,7 @@ they stay exact. A whole day's medians are kept in the cache with the fingerprin
 rollup rows (their ids, how many, and their summed revisions, which every write that changes a
 row raises), and read again only while the fingerprint is the same: a page re-reads the
 attempts of today and of the past days written to since, not of the whole window. Each process
-keeps a copy of what it read or kept (`_HERE`), checked against the same fingerprints, so a
+keeps a copy of what it read or kept (`_here`), checked against the same fingerprints, so a
 page reads the shared cache only for backends whose days its copy does not answer.
 """
 
@@ -178,31 +178,33 @@ def _medians(
     # The copy's entries are shared by the process's threads: read, never changed in place
     # (an entry changed is a new dict, put in its place).
     kept = {backend: here.get(key, {}) for backend, key in keys.items()}
+    rows, unanswered = [], defaultdict(list)
+    for (backend, day), fingerprint in fingerprints.items():
+        hit = _kept_day(kept[backend], day, fingerprint, whole_before)
+        if hit is None:
+            unanswered[backend].append(day)
+        else:
+            rows.append((backend, day, *hit))
     # The shared cache, for the backends with a whole day this process's copy does not
     # answer (another process may have kept it): 50 entries read from it were a tenth of the
     # metrics page. Of the two, a day's entry that matches its fingerprint stands.
-    unanswered = {
-        backend
-        for (backend, day), fingerprint in fingerprints.items()
-        if day < whole_before and kept[backend].get(day, (None,))[0] != fingerprint
-    }
-    if unanswered:
-        found = cache.get_many([keys[backend] for backend in sorted(unanswered)])
-        for backend in unanswered:
-            if keys[backend] in found:
-                current = {
-                    day: value
-                    for day, value in kept[backend].items()
-                    if fingerprints.get((backend, day)) == value[0]
-                }
-                kept[backend] = here[keys[backend]] = {**found[keys[backend]], **current}
-    rows, missing = [], defaultdict(list)
-    for (backend, day), fingerprint in fingerprints.items():
-        hit = kept[backend].get(day)
-        if day < whole_before and hit is not None and hit[0] == fingerprint:
-            rows.append((backend, day, hit[1], hit[2]))
-        else:
-            missing[day].append(backend)
+    asking = sorted(b for b, days in unanswered.items() if min(days) < whole_before)
+    found = cache.get_many([keys[backend] for backend in asking]) if asking else {}
+    missing = defaultdict(list)
+    for backend, days in unanswered.items():
+        if keys[backend] in found:
+            current = {
+                day: value
+                for day, value in kept[backend].items()
+                if fingerprints.get((backend, day)) == value[0]
+            }
+            kept[backend] = here[keys[backend]] = {**found[keys[backend]], **current}
+        for day in days:
+            hit = _kept_day(kept[backend], day, fingerprints[(backend, day)], whole_before)
+            if hit is None:
+                missing[day].append(backend)
+            else:
+                rows.append((backend, day, *hit))
     if missing:
         # Days no window reaches any more are dropped as an entry is written again.
         oldest = (_midnight(whole_before) - MEDIANS_KEPT_DAYS).date().isoformat()
@@ -218,6 +220,17 @@ def _medians(
             cache.set_many(changed, MEDIANS_KEPT_SECONDS)
             here.update(changed)
     return rows
+
+
+def _kept_day(
+    entry: dict[str, tuple], day: str, fingerprint: tuple, whole_before: str
+) -> tuple | None:
+    """The (execution, end-to-end) medians of `day` in a backend's kept entry, if the day is
+    whole and they were kept under the fingerprint it has now; else None."""
+    hit = entry.get(day)
+    if day < whole_before and hit is not None and hit[0] == fingerprint:
+        return hit[1], hit[2]
+    return None
 
 
 # This process's copy of the kept medians (cache key → the entry), valid while the shared
