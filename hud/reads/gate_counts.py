@@ -95,17 +95,15 @@ class _Days:
         """`stats.day_clustered_proportion` of the units counted in column `units` with hits
         in column `hits`, over [start, end) and the spread's look-back."""
         days, rows = self._from(min(start, end - stats.SPREAD_LOOKBACK))
-        inside = self._mask(start)
         # Per day of the look-back, in day order; days with no units are not days of it.
         day, at = np.unique(days, return_inverse=True)
         per_hits, per_units = np.zeros((2, day.size), dtype=np.int64)
         np.add.at(per_hits, at, rows[:, hits])
         np.add.at(per_units, at, rows[:, units])
         counted = per_units != 0
-        _, _, table = self._arrays()
         return stats.clustered_proportion(
-            int(table[inside, hits].sum()),
-            int(table[inside, units].sum()),
+            self.total(hits, start),
+            self.total(units, start),
             per_hits[counted],
             per_units[counted],
             min_n=min_n,
